@@ -1,0 +1,18 @@
+#!/usr/bin/env bash
+# Installs what building and testing Eddy needs from the system, if it is missing:
+# libclang (the rocksdb crate generates its bindings with it) and the psql client.
+# Safe to run again: it does nothing when everything is present.
+set -euo pipefail
+
+need=()
+dpkg -s libclang-dev >/dev/null 2>&1 || need+=(libclang-dev)
+command -v psql >/dev/null 2>&1 || need+=(postgresql-client)
+command -v clang >/dev/null 2>&1 || need+=(clang)
+
+if ((${#need[@]})); then
+  echo "setup: installing ${need[*]}"
+  SUDO=""
+  [[ $(id -u) -ne 0 ]] && SUDO="sudo"
+  $SUDO apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq "${need[@]}" >/dev/null
+fi

@@ -1,0 +1,256 @@
+//! The catalog: every named object with its id, columns, definition and dependencies.
+//!
+//! Entries are kept in memory for lookups and written to the [`StateStore`] (system table
+//! [`CATALOG_TABLE_ID`]) before a DDL statement returns, so they survive a crash.
+
+pub mod schema_provider;
+pub mod types;
+
+use crate::error::{EddyError, Result, sqlstate};
+use crate::state::StateStore;
+use crate::state::store::FIRST_USER_TABLE_ID;
+use arrow::datatypes::{Schema, SchemaRef};
+use parking_lot::RwLock;
+use rocksdb::WriteBatch;
+use serde::{Deserialize, Serialize};
+use std::collections::BTreeMap;
+use std::sync::Arc;
+pub use types::SqlType;
+
+/// The system table holding catalog entries.
+pub const CATALOG_TABLE_ID: u32 = 2;
+const RELATION_KEY_PREFIX: &[u8] = b"\x00\x00\x00\x02\x00\x00rel/";
+const USER_KEY_PREFIX: &[u8] = b"\x00\x00\x00\x02\x00\x00user/";
+const NEXT_ID_KEY: &[u8] = b"\x00\x00\x00\x02\x00\x00next_id";
+
+/// The name of the only database, and of its default schema.
+pub const DATABASE_NAME: &str = "dev";
+pub const DEFAULT_SCHEMA: &str = "public";
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub enum RelationKind {
+    Table,
+    View,
+}
+
+impl RelationKind {
+    pub fn sql_name(&self) -> &'static str {
+        match self {
+            RelationKind::Table => "table",
+            RelationKind::View => "view",
+        }
+    }
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Column {
+    pub name: String,
+    pub sql_type: SqlType,
+    pub nullable: bool,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct Relation {
+    pub id: u32,
+    pub name: String,
+    pub kind: RelationKind,
+    pub columns: Vec<Column>,
+    /// Indices into `columns` of the primary key, empty when there is none.
+    pub primary_key: Vec<usize>,
+    /// The SQL text that created the object (for views: the query).
+    pub definition: String,
+    /// Ids of the relations this one reads from.
+    pub depends_on: Vec<u32>,
+}
+
+impl Relation {
+    pub fn arrow_schema(&self) -> SchemaRef {
+        Arc::new(Schema::new(
+            self.columns
+                .iter()
+                .map(|c| c.sql_type.to_field(&c.name, c.nullable))
+                .collect::<Vec<_>>(),
+        ))
+    }
+}
+
+/// A login role. The password is kept only as a SCRAM-SHA-256 verifier.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct User {
+    pub name: String,
+    pub scram_salt: Vec<u8>,
+    pub scram_salted_password: Vec<u8>,
+    pub is_superuser: bool,
+}
+
+#[derive(Default)]
+struct CatalogState {
+    next_id: u32,
+    relations: BTreeMap<String, Relation>,
+    users: BTreeMap<String, User>,
+}
+
+pub struct Catalog {
+    store: Arc<StateStore>,
+    state: RwLock<CatalogState>,
+}
+
+impl std::fmt::Debug for Catalog {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Catalog")
+            .field("relations", &self.state.read().relations.len())
+            .finish()
+    }
+}
+
+impl Catalog {
+    /// Loads every entry from the store.
+    pub fn load(store: Arc<StateStore>) -> Result<Self> {
+        let mut state = CatalogState {
+            next_id: FIRST_USER_TABLE_ID,
+            ..Default::default()
+        };
+        if let Some(v) = store.get(NEXT_ID_KEY)? {
+            state.next_id = u32::from_be_bytes(v[..4].try_into().map_err(|_| {
+                EddyError::internal("corrupt catalog: next id has the wrong length")
+            })?);
+        }
+        store.scan_prefix(RELATION_KEY_PREFIX, |_, v| {
+            let rel: Relation = serde_json::from_slice(v)
+                .map_err(|e| EddyError::internal(format!("corrupt catalog entry: {e}")))?;
+            state.relations.insert(rel.name.clone(), rel);
+            Ok(())
+        })?;
+        store.scan_prefix(USER_KEY_PREFIX, |_, v| {
+            let user: User = serde_json::from_slice(v)
+                .map_err(|e| EddyError::internal(format!("corrupt catalog entry: {e}")))?;
+            state.users.insert(user.name.clone(), user);
+            Ok(())
+        })?;
+        Ok(Self {
+            store,
+            state: RwLock::new(state),
+        })
+    }
+
+    pub fn get(&self, name: &str) -> Option<Relation> {
+        self.state.read().relations.get(name).cloned()
+    }
+
+    pub fn get_by_id(&self, id: u32) -> Option<Relation> {
+        self.state
+            .read()
+            .relations
+            .values()
+            .find(|r| r.id == id)
+            .cloned()
+    }
+
+    pub fn relations(&self) -> Vec<Relation> {
+        self.state.read().relations.values().cloned().collect()
+    }
+
+    pub fn relation_names(&self) -> Vec<String> {
+        self.state.read().relations.keys().cloned().collect()
+    }
+
+    /// Adds a relation, assigning its id. Fails if the name is taken.
+    pub fn create_relation(&self, mut rel: Relation) -> Result<Relation> {
+        let mut state = self.state.write();
+        if let Some(existing) = state.relations.get(&rel.name) {
+            return Err(EddyError::new(
+                sqlstate::DUPLICATE_TABLE,
+                format!(
+                    "relation \"{}\" already exists ({})",
+                    rel.name,
+                    existing.kind.sql_name()
+                ),
+            ));
+        }
+        rel.id = state.next_id;
+        let mut wb = WriteBatch::default();
+        wb.put(NEXT_ID_KEY, (rel.id + 1).to_be_bytes());
+        wb.put(relation_key(rel.id), encode_json(&rel)?);
+        self.store.write(wb)?;
+        state.next_id = rel.id + 1;
+        state.relations.insert(rel.name.clone(), rel.clone());
+        Ok(rel)
+    }
+
+    /// Removes a relation. Fails if another relation depends on it.
+    pub fn drop_relation(&self, name: &str) -> Result<Relation> {
+        let mut state = self.state.write();
+        let rel = state
+            .relations
+            .get(name)
+            .cloned()
+            .ok_or_else(|| EddyError::undefined_table(name))?;
+        if let Some(dependent) = state
+            .relations
+            .values()
+            .find(|r| r.depends_on.contains(&rel.id))
+        {
+            return Err(EddyError::new(
+                sqlstate::DEPENDENT_OBJECTS_STILL_EXIST,
+                format!(
+                    "cannot drop {} {} because {} {} depends on it",
+                    rel.kind.sql_name(),
+                    rel.name,
+                    dependent.kind.sql_name(),
+                    dependent.name
+                ),
+            ));
+        }
+        let mut wb = WriteBatch::default();
+        wb.delete(relation_key(rel.id));
+        self.store.write(wb)?;
+        state.relations.remove(name);
+        Ok(rel)
+    }
+
+    pub fn user(&self, name: &str) -> Option<User> {
+        self.state.read().users.get(name).cloned()
+    }
+
+    pub fn users(&self) -> Vec<User> {
+        self.state.read().users.values().cloned().collect()
+    }
+
+    /// Creates or replaces a user.
+    pub fn put_user(&self, user: User) -> Result<()> {
+        let mut state = self.state.write();
+        let mut wb = WriteBatch::default();
+        wb.put(user_key(&user.name), encode_json(&user)?);
+        self.store.write(wb)?;
+        state.users.insert(user.name.clone(), user);
+        Ok(())
+    }
+
+    pub fn drop_user(&self, name: &str) -> Result<bool> {
+        let mut state = self.state.write();
+        if state.users.remove(name).is_none() {
+            return Ok(false);
+        }
+        let mut wb = WriteBatch::default();
+        wb.delete(user_key(name));
+        self.store.write(wb)?;
+        Ok(true)
+    }
+}
+
+fn relation_key(id: u32) -> Vec<u8> {
+    let mut k = RELATION_KEY_PREFIX.to_vec();
+    k.extend_from_slice(&id.to_be_bytes());
+    k
+}
+
+fn user_key(name: &str) -> Vec<u8> {
+    let mut k = USER_KEY_PREFIX.to_vec();
+    k.extend_from_slice(name.as_bytes());
+    k
+}
+
+fn encode_json<T: Serialize>(v: &T) -> Result<Vec<u8>> {
+    serde_json::to_vec(v)
+        .map_err(|e| EddyError::internal(format!("cannot encode catalog entry: {e}")))
+}

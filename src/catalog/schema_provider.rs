@@ -1,0 +1,118 @@
+//! Exposes the catalog to DataFusion as the `public` schema of database `dev`.
+
+use super::{Catalog, Relation, RelationKind};
+use crate::error::EddyError;
+use crate::serving::StoredTable;
+use crate::state::{StateStore, StateTable};
+use async_trait::async_trait;
+use datafusion::catalog::view::ViewTable;
+use datafusion::catalog::{SchemaProvider, TableProvider};
+use datafusion::common::{DataFusionError, Result as DFResult};
+use datafusion::execution::session_state::SessionState;
+use datafusion::logical_expr::{LogicalPlanBuilder, col};
+use parking_lot::{Mutex, RwLock};
+use std::collections::HashMap;
+use std::sync::{Arc, OnceLock, Weak};
+
+pub struct CatalogSchemaProvider {
+    catalog: Arc<Catalog>,
+    store: Arc<StateStore>,
+    /// State tables by relation id, so the row codecs are built once per table.
+    tables: Mutex<HashMap<u32, Arc<StateTable>>>,
+    /// The session state views are planned in; set once the context exists.
+    planner: OnceLock<Weak<RwLock<SessionState>>>,
+}
+
+impl std::fmt::Debug for CatalogSchemaProvider {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("CatalogSchemaProvider")
+    }
+}
+
+impl CatalogSchemaProvider {
+    pub fn new(catalog: Arc<Catalog>, store: Arc<StateStore>) -> Self {
+        Self {
+            catalog,
+            store,
+            tables: Mutex::new(HashMap::new()),
+            planner: OnceLock::new(),
+        }
+    }
+
+    pub fn set_planner(&self, state: Weak<RwLock<SessionState>>) {
+        let _ = self.planner.set(state);
+    }
+
+    /// The state table holding the rows of a `CREATE TABLE` relation.
+    pub fn state_table_for(&self, rel: &Relation) -> crate::error::Result<Arc<StateTable>> {
+        if let Some(t) = self.tables.lock().get(&rel.id) {
+            return Ok(t.clone());
+        }
+        let table = Arc::new(StateTable::new(
+            rel.id,
+            rel.arrow_schema(),
+            rel.primary_key.clone(),
+            self.store.clone(),
+        )?);
+        self.tables.lock().insert(rel.id, table.clone());
+        Ok(table)
+    }
+
+    /// Forgets the cached state table of a dropped relation.
+    pub fn forget(&self, id: u32) {
+        self.tables.lock().remove(&id);
+    }
+
+    async fn view_table(
+        &self,
+        definition: &str,
+        columns: Vec<String>,
+    ) -> DFResult<Arc<dyn TableProvider>> {
+        let state = self
+            .planner
+            .get()
+            .and_then(Weak::upgrade)
+            .ok_or_else(|| DataFusionError::Internal("view planner is not set".into()))?;
+        let state = state.read().clone();
+        let plan = state.create_logical_plan(definition).await?;
+        // Rename the query's output columns to the names the view was created with.
+        let exprs = plan
+            .schema()
+            .columns()
+            .into_iter()
+            .zip(columns.iter())
+            .map(|(c, name)| col(c).alias(name))
+            .collect::<Vec<_>>();
+        let plan = LogicalPlanBuilder::from(plan).project(exprs)?.build()?;
+        Ok(Arc::new(ViewTable::new(plan, Some(definition.to_string()))))
+    }
+}
+
+#[async_trait]
+impl SchemaProvider for CatalogSchemaProvider {
+    fn table_names(&self) -> Vec<String> {
+        self.catalog.relation_names()
+    }
+
+    async fn table(&self, name: &str) -> DFResult<Option<Arc<dyn TableProvider>>> {
+        let Some(rel) = self.catalog.get(name) else {
+            return Ok(None);
+        };
+        match rel.kind {
+            RelationKind::Table => {
+                let table = self
+                    .state_table_for(&rel)
+                    .map_err(EddyError::into_datafusion)?;
+                Ok(Some(Arc::new(StoredTable::new(table))))
+            }
+            RelationKind::View => {
+                let columns = rel.columns.iter().map(|c| c.name.clone()).collect();
+                Ok(Some(self.view_table(&rel.definition, columns).await?))
+            }
+        }
+    }
+
+    fn table_exist(&self, name: &str) -> bool {
+        self.catalog.get(name).is_some()
+    }
+}

@@ -1,0 +1,237 @@
+//! The SQL types a table column can have, and how each maps to Arrow and to PostgreSQL.
+//!
+//! A column's declared type is kept in the catalog as a [`SqlType`] so that `\d t` shows what
+//! the user wrote (`character varying(20)`, `numeric(10,2)`), while execution uses the Arrow
+//! type derived from it.
+
+use crate::error::{EddyError, Result};
+use arrow::datatypes::{DataType, Field, IntervalUnit, TimeUnit};
+use datafusion::sql::sqlparser::ast::{
+    CharacterLength, DataType as AstType, ExactNumberInfo, TimezoneInfo,
+};
+use serde::{Deserialize, Serialize};
+use std::collections::HashMap;
+
+/// Field metadata key naming the PostgreSQL type where the Arrow type alone is ambiguous
+/// (`jsonb` is stored as Arrow `Utf8`).
+pub const PG_TYPE_METADATA: &str = "eddy.pg_type";
+
+/// Precision and scale used for `numeric` declared without them.
+pub const DEFAULT_NUMERIC_PRECISION: u8 = 38;
+pub const DEFAULT_NUMERIC_SCALE: i8 = 10;
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub enum SqlType {
+    Boolean,
+    SmallInt,
+    Int,
+    BigInt,
+    Real,
+    Double,
+    Numeric {
+        precision: Option<u8>,
+        scale: Option<i8>,
+    },
+    Varchar(Option<u64>),
+    Text,
+    Date,
+    Time,
+    Timestamp,
+    Timestamptz,
+    Interval,
+    Bytea,
+    Jsonb,
+}
+
+impl SqlType {
+    /// Maps a type as written in SQL to an Eddy column type.
+    pub fn from_ast(ty: &AstType) -> Result<Self> {
+        use AstType::*;
+        let t = match ty {
+            Bool | Boolean => SqlType::Boolean,
+            SmallInt(_) | Int2(_) => SqlType::SmallInt,
+            Int(_) | Integer(_) | Int4(_) => SqlType::Int,
+            BigInt(_) | Int8(_) => SqlType::BigInt,
+            Real | Float4 => SqlType::Real,
+            Double(_) | DoublePrecision | Float8 | Float64 => SqlType::Double,
+            Float(info) => match info {
+                ExactNumberInfo::Precision(p) if *p <= 24 => SqlType::Real,
+                _ => SqlType::Double,
+            },
+            Numeric(info) | Decimal(info) | Dec(info) => {
+                let (precision, scale) = match info {
+                    ExactNumberInfo::None => (None, None),
+                    ExactNumberInfo::Precision(p) => (Some(*p), Some(0)),
+                    ExactNumberInfo::PrecisionAndScale(p, s) => (Some(*p), Some(*s)),
+                };
+                if let Some(p) = precision
+                    && !(1..=38).contains(&p)
+                {
+                    return Err(EddyError::new(
+                        "22023",
+                        format!("NUMERIC precision {p} must be between 1 and 38"),
+                    ));
+                }
+                if let (Some(p), Some(s)) = (precision, scale)
+                    && (s < 0 || s as u64 > p)
+                {
+                    return Err(EddyError::new(
+                        "22023",
+                        format!("NUMERIC scale {s} must be between 0 and precision {p}"),
+                    ));
+                }
+                SqlType::Numeric {
+                    precision: precision.map(|p| p as u8),
+                    scale: scale.map(|s| s as i8),
+                }
+            }
+            Varchar(len) | CharacterVarying(len) | CharVarying(len) | Nvarchar(len) => {
+                SqlType::Varchar(char_len(len))
+            }
+            Char(_) | Character(_) | Text | String(_) => SqlType::Text,
+            Date => SqlType::Date,
+            Time(_, tz) => match tz {
+                TimezoneInfo::None | TimezoneInfo::WithoutTimeZone => SqlType::Time,
+                _ => {
+                    return Err(EddyError::not_supported(
+                        "type time with time zone is not supported",
+                    ));
+                }
+            },
+            Timestamp(_, tz) => match tz {
+                TimezoneInfo::None | TimezoneInfo::WithoutTimeZone => SqlType::Timestamp,
+                TimezoneInfo::WithTimeZone | TimezoneInfo::Tz => SqlType::Timestamptz,
+            },
+            Interval { .. } => SqlType::Interval,
+            Bytea => SqlType::Bytea,
+            JSONB | JSON => SqlType::Jsonb,
+            Custom(name, _) => {
+                let n = name.to_string().to_ascii_lowercase();
+                match n.as_str() {
+                    "timestamptz" => SqlType::Timestamptz,
+                    "serial" | "int4" => SqlType::Int,
+                    "bigserial" => SqlType::BigInt,
+                    "string" => SqlType::Text,
+                    _ => {
+                        return Err(EddyError::new(
+                            "42704",
+                            format!("type \"{n}\" does not exist"),
+                        ));
+                    }
+                }
+            }
+            other => {
+                return Err(EddyError::not_supported(format!(
+                    "column type {other} is not supported"
+                )));
+            }
+        };
+        Ok(t)
+    }
+
+    pub fn to_arrow(&self) -> DataType {
+        match self {
+            SqlType::Boolean => DataType::Boolean,
+            SqlType::SmallInt => DataType::Int16,
+            SqlType::Int => DataType::Int32,
+            SqlType::BigInt => DataType::Int64,
+            SqlType::Real => DataType::Float32,
+            SqlType::Double => DataType::Float64,
+            SqlType::Numeric { precision, scale } => DataType::Decimal128(
+                precision.unwrap_or(DEFAULT_NUMERIC_PRECISION),
+                if precision.is_some() {
+                    scale.unwrap_or(0)
+                } else {
+                    DEFAULT_NUMERIC_SCALE
+                },
+            ),
+            SqlType::Varchar(_) | SqlType::Text | SqlType::Jsonb => DataType::Utf8,
+            SqlType::Date => DataType::Date32,
+            SqlType::Time => DataType::Time64(TimeUnit::Microsecond),
+            SqlType::Timestamp => DataType::Timestamp(TimeUnit::Microsecond, None),
+            SqlType::Timestamptz => {
+                DataType::Timestamp(TimeUnit::Microsecond, Some("+00:00".into()))
+            }
+            SqlType::Interval => DataType::Interval(IntervalUnit::MonthDayNano),
+            SqlType::Bytea => DataType::Binary,
+        }
+    }
+
+    /// The Arrow field for a column of this type, with the metadata that keeps types like
+    /// `jsonb` recognisable after they become Arrow strings.
+    pub fn to_field(&self, name: &str, nullable: bool) -> Field {
+        let field = Field::new(name, self.to_arrow(), nullable);
+        match self {
+            SqlType::Jsonb => field.with_metadata(HashMap::from([(
+                PG_TYPE_METADATA.to_string(),
+                "jsonb".to_string(),
+            )])),
+            _ => field,
+        }
+    }
+
+    /// The type's name as PostgreSQL's `format_type` prints it (psql `\d` shows this).
+    pub fn pg_name(&self) -> String {
+        match self {
+            SqlType::Boolean => "boolean".into(),
+            SqlType::SmallInt => "smallint".into(),
+            SqlType::Int => "integer".into(),
+            SqlType::BigInt => "bigint".into(),
+            SqlType::Real => "real".into(),
+            SqlType::Double => "double precision".into(),
+            SqlType::Numeric {
+                precision: Some(p),
+                scale,
+            } => format!("numeric({p},{})", scale.unwrap_or(0)),
+            SqlType::Numeric { .. } => "numeric".into(),
+            SqlType::Varchar(Some(n)) => format!("character varying({n})"),
+            SqlType::Varchar(None) => "character varying".into(),
+            SqlType::Text => "text".into(),
+            SqlType::Date => "date".into(),
+            SqlType::Time => "time without time zone".into(),
+            SqlType::Timestamp => "timestamp without time zone".into(),
+            SqlType::Timestamptz => "timestamp with time zone".into(),
+            SqlType::Interval => "interval".into(),
+            SqlType::Bytea => "bytea".into(),
+            SqlType::Jsonb => "jsonb".into(),
+        }
+    }
+
+    /// The closest column type for an Arrow type, used for the columns of views, whose
+    /// types come from a query rather than a declaration.
+    pub fn from_arrow(field: &Field) -> SqlType {
+        if field.metadata().get(PG_TYPE_METADATA).map(String::as_str) == Some("jsonb") {
+            return SqlType::Jsonb;
+        }
+        match field.data_type() {
+            DataType::Boolean => SqlType::Boolean,
+            DataType::Int8 | DataType::Int16 | DataType::UInt8 => SqlType::SmallInt,
+            DataType::Int32 | DataType::UInt16 => SqlType::Int,
+            DataType::Int64 | DataType::UInt32 => SqlType::BigInt,
+            DataType::Float16 | DataType::Float32 => SqlType::Real,
+            DataType::Float64 => SqlType::Double,
+            DataType::Decimal128(p, s) | DataType::Decimal256(p, s) => SqlType::Numeric {
+                precision: Some(*p),
+                scale: Some(*s),
+            },
+            DataType::UInt64 => SqlType::Numeric {
+                precision: Some(20),
+                scale: Some(0),
+            },
+            DataType::Date32 | DataType::Date64 => SqlType::Date,
+            DataType::Time32(_) | DataType::Time64(_) => SqlType::Time,
+            DataType::Timestamp(_, None) => SqlType::Timestamp,
+            DataType::Timestamp(_, Some(_)) => SqlType::Timestamptz,
+            DataType::Interval(_) | DataType::Duration(_) => SqlType::Interval,
+            DataType::Binary | DataType::LargeBinary | DataType::BinaryView => SqlType::Bytea,
+            _ => SqlType::Text,
+        }
+    }
+}
+
+fn char_len(len: &Option<CharacterLength>) -> Option<u64> {
+    match len {
+        Some(CharacterLength::IntegerLength { length, .. }) => Some(*length),
+        _ => None,
+    }
+}

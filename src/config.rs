@@ -1,0 +1,115 @@
+//! Server settings: command-line flags, `EDDY_*` environment variables and an optional
+//! TOML file, in that order of precedence.
+
+use clap::{Parser, ValueEnum};
+use serde::Deserialize;
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum AuthMode {
+    /// Accept every connection without a password (the default, for local use).
+    Trust,
+    /// Require a password, checked with SCRAM-SHA-256.
+    Password,
+}
+
+/// Command-line interface of the `eddy` binary.
+#[derive(Debug, Parser)]
+#[command(
+    name = "eddy",
+    version,
+    about = "Eddy: a streaming SQL database speaking PostgreSQL"
+)]
+pub struct Cli {
+    /// Address the PostgreSQL wire protocol listens on.
+    #[arg(long, env = "EDDY_LISTEN")]
+    pub listen: Option<SocketAddr>,
+    /// Directory holding all of Eddy's data.
+    #[arg(long, env = "EDDY_DATA_DIR")]
+    pub data_dir: Option<PathBuf>,
+    /// Worker threads for query and stream execution (default: number of cores).
+    #[arg(long, env = "EDDY_WORKERS")]
+    pub workers: Option<usize>,
+    /// How clients authenticate.
+    #[arg(long, env = "EDDY_AUTH", value_enum)]
+    pub auth: Option<AuthMode>,
+    /// Password of user `root` for `--auth password` (set at every start when given).
+    #[arg(long, env = "EDDY_ROOT_PASSWORD", hide_env_values = true)]
+    pub root_password: Option<String>,
+    /// A TOML file with any of the settings above (keys: listen, data_dir, workers, auth).
+    #[arg(long, env = "EDDY_CONFIG")]
+    pub config: Option<PathBuf>,
+}
+
+/// Settings as read from a config file; every key is optional.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct FileConfig {
+    listen: Option<SocketAddr>,
+    data_dir: Option<PathBuf>,
+    workers: Option<usize>,
+    auth: Option<AuthMode>,
+}
+
+/// The settings the server runs with.
+#[derive(Debug, Clone)]
+pub struct Config {
+    pub listen: SocketAddr,
+    pub data_dir: PathBuf,
+    pub workers: usize,
+    pub auth: AuthMode,
+    pub root_password: Option<String>,
+}
+
+pub const DEFAULT_LISTEN: &str = "127.0.0.1:4566";
+pub const DEFAULT_DATA_DIR: &str = "./eddy-data";
+
+impl Config {
+    pub fn from_cli(cli: Cli) -> anyhow::Result<Self> {
+        let file = match &cli.config {
+            Some(path) => read_file(path)?,
+            None => FileConfig::default(),
+        };
+        let workers = cli.workers.or(file.workers).unwrap_or_else(|| {
+            std::thread::available_parallelism()
+                .map(|n| n.get())
+                .unwrap_or(1)
+        });
+        if workers == 0 {
+            anyhow::bail!("--workers must be at least 1");
+        }
+        Ok(Self {
+            listen: cli
+                .listen
+                .or(file.listen)
+                .unwrap_or_else(|| DEFAULT_LISTEN.parse().expect("valid default address")),
+            data_dir: cli
+                .data_dir
+                .or(file.data_dir)
+                .unwrap_or_else(|| PathBuf::from(DEFAULT_DATA_DIR)),
+            workers,
+            auth: cli.auth.or(file.auth).unwrap_or(AuthMode::Trust),
+            root_password: cli.root_password,
+        })
+    }
+
+    /// Settings for tests and embedding: everything default but the data dir.
+    pub fn with_data_dir(data_dir: &Path) -> Self {
+        Self {
+            listen: DEFAULT_LISTEN.parse().expect("valid default address"),
+            data_dir: data_dir.to_path_buf(),
+            workers: 2,
+            auth: AuthMode::Trust,
+            root_password: None,
+        }
+    }
+}
+
+fn read_file(path: &Path) -> anyhow::Result<FileConfig> {
+    let text = std::fs::read_to_string(path)
+        .map_err(|e| anyhow::anyhow!("cannot read config file {}: {e}", path.display()))?;
+    toml::from_str(&text)
+        .map_err(|e| anyhow::anyhow!("invalid config file {}: {e}", path.display()))
+}

@@ -1,0 +1,263 @@
+//! One error type for everything a statement can fail with.
+//!
+//! Every error carries the SQLSTATE the client will see, so the wire layer never has to
+//! guess. Errors from DataFusion and Arrow are classified once, here, by
+//! [`EddyError::from_datafusion`].
+
+use datafusion::error::DataFusionError;
+use std::fmt;
+
+/// SQLSTATE codes Eddy reports (PostgreSQL's appendix A).
+pub mod sqlstate {
+    pub const SYNTAX_ERROR: &str = "42601";
+    pub const UNDEFINED_TABLE: &str = "42P01";
+    pub const UNDEFINED_COLUMN: &str = "42703";
+    pub const UNDEFINED_OBJECT: &str = "42704";
+    pub const UNDEFINED_FUNCTION: &str = "42883";
+    pub const DUPLICATE_TABLE: &str = "42P07";
+    pub const DUPLICATE_OBJECT: &str = "42710";
+    pub const DATATYPE_MISMATCH: &str = "42804";
+    pub const WRONG_OBJECT_TYPE: &str = "42809";
+    pub const INVALID_TEXT_REPRESENTATION: &str = "22P02";
+    pub const NUMERIC_VALUE_OUT_OF_RANGE: &str = "22003";
+    pub const DIVISION_BY_ZERO: &str = "22012";
+    pub const DATA_EXCEPTION: &str = "22000";
+    pub const NOT_NULL_VIOLATION: &str = "23502";
+    pub const FEATURE_NOT_SUPPORTED: &str = "0A000";
+    pub const INVALID_PARAMETER_VALUE: &str = "22023";
+    pub const UNDEFINED_PARAMETER: &str = "42704";
+    pub const DEPENDENT_OBJECTS_STILL_EXIST: &str = "2BP01";
+    pub const QUERY_CANCELED: &str = "57014";
+    pub const INVALID_PASSWORD: &str = "28P01";
+    pub const PROTOCOL_VIOLATION: &str = "08P01";
+    pub const INTERNAL_ERROR: &str = "XX000";
+    pub const IO_ERROR: &str = "58030";
+}
+
+/// An error a statement failed with: a SQLSTATE and a message a person can act on.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct EddyError {
+    pub code: &'static str,
+    pub message: String,
+}
+
+pub type Result<T, E = EddyError> = std::result::Result<T, E>;
+
+impl EddyError {
+    pub fn new(code: &'static str, message: impl Into<String>) -> Self {
+        Self {
+            code,
+            message: message.into(),
+        }
+    }
+
+    pub fn syntax(message: impl Into<String>) -> Self {
+        Self::new(sqlstate::SYNTAX_ERROR, message)
+    }
+
+    pub fn not_supported(message: impl Into<String>) -> Self {
+        Self::new(sqlstate::FEATURE_NOT_SUPPORTED, message)
+    }
+
+    pub fn undefined_table(name: &str) -> Self {
+        Self::new(
+            sqlstate::UNDEFINED_TABLE,
+            format!("relation \"{name}\" does not exist"),
+        )
+    }
+
+    pub fn internal(message: impl Into<String>) -> Self {
+        Self::new(sqlstate::INTERNAL_ERROR, message)
+    }
+
+    /// Classifies a DataFusion error by what went wrong, so the client gets the same
+    /// SQLSTATE PostgreSQL would send for the same mistake.
+    pub fn from_datafusion(err: DataFusionError) -> Self {
+        let err = strip_context(err);
+        match err {
+            DataFusionError::SQL(e, _) => Self::syntax(e.to_string()),
+            DataFusionError::NotImplemented(m) => Self::not_supported(m),
+            DataFusionError::SchemaError(e, _) => {
+                let text = e.to_string();
+                let code = if text.contains("No field named") || text.contains("not found") {
+                    sqlstate::UNDEFINED_COLUMN
+                } else if text.contains("ambiguous") || text.contains("Ambiguous") {
+                    "42702"
+                } else {
+                    sqlstate::DATATYPE_MISMATCH
+                };
+                Self::new(code, clean_message(&text))
+            }
+            DataFusionError::Plan(m) => Self::new(classify_plan_message(&m), clean_message(&m)),
+            DataFusionError::ArrowError(e, _) => Self::from_arrow_message(&e.to_string()),
+            DataFusionError::Execution(m) => {
+                if let Some(code) = parse_tagged(&m) {
+                    return Self::new(code.0, code.1);
+                }
+                Self::from_arrow_message(&m)
+            }
+            DataFusionError::External(e) => {
+                if let Some(eddy) = e.downcast_ref::<EddyError>() {
+                    return eddy.clone();
+                }
+                Self::from_arrow_message(&e.to_string())
+            }
+            DataFusionError::ResourcesExhausted(m) => Self::new("53200", m),
+            other => {
+                let text = other.to_string();
+                if let Some(code) = parse_tagged(&text) {
+                    return Self::new(code.0, code.1);
+                }
+                Self::from_arrow_message(&text)
+            }
+        }
+    }
+
+    fn from_arrow_message(text: &str) -> Self {
+        let lower = text.to_ascii_lowercase();
+        if lower.contains("declared as non-nullable but contains null values") {
+            // Arrow's check while building an INSERT's rows for a NOT NULL column.
+            return Self::new(
+                sqlstate::NOT_NULL_VIOLATION,
+                format!(
+                    "null value violates not-null constraint ({})",
+                    clean_message(text)
+                ),
+            );
+        }
+        let code = if lower.contains("divide by zero") || lower.contains("division by zero") {
+            sqlstate::DIVISION_BY_ZERO
+        } else if lower.contains("overflow") || lower.contains("out of range") {
+            sqlstate::NUMERIC_VALUE_OUT_OF_RANGE
+        } else if lower.contains("cannot cast")
+            || lower.contains("cast error")
+            || lower.contains("parser error")
+            || lower.contains("invalid")
+            || lower.contains("can't parse")
+            || lower.contains("cannot parse")
+        {
+            sqlstate::INVALID_TEXT_REPRESENTATION
+        } else {
+            sqlstate::DATA_EXCEPTION
+        };
+        Self::new(code, clean_message(text))
+    }
+
+    /// Wraps this error so it can travel through DataFusion and come out unchanged.
+    pub fn into_datafusion(self) -> DataFusionError {
+        DataFusionError::External(Box::new(self))
+    }
+}
+
+impl fmt::Display for EddyError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.message)
+    }
+}
+
+impl std::error::Error for EddyError {}
+
+impl From<DataFusionError> for EddyError {
+    fn from(e: DataFusionError) -> Self {
+        Self::from_datafusion(e)
+    }
+}
+
+impl From<arrow::error::ArrowError> for EddyError {
+    fn from(e: arrow::error::ArrowError) -> Self {
+        Self::from_arrow_message(&e.to_string())
+    }
+}
+
+impl From<rocksdb::Error> for EddyError {
+    fn from(e: rocksdb::Error) -> Self {
+        Self::new(sqlstate::IO_ERROR, format!("storage error: {e}"))
+    }
+}
+
+impl From<std::io::Error> for EddyError {
+    fn from(e: std::io::Error) -> Self {
+        Self::new(sqlstate::IO_ERROR, format!("I/O error: {e}"))
+    }
+}
+
+/// DataFusion wraps errors in `Context` and `Diagnostic` layers; the innermost one
+/// says what actually went wrong.
+fn strip_context(err: DataFusionError) -> DataFusionError {
+    match err {
+        DataFusionError::Context(_, inner) => strip_context(*inner),
+        DataFusionError::Diagnostic(_, inner) => strip_context(*inner),
+        DataFusionError::Shared(inner) => match std::sync::Arc::try_unwrap(inner) {
+            Ok(e) => strip_context(e),
+            Err(arc) => DataFusionError::Execution(arc.to_string()),
+        },
+        other => other,
+    }
+}
+
+fn classify_plan_message(m: &str) -> &'static str {
+    let lower = m.to_ascii_lowercase();
+    if lower.contains("table") && lower.contains("not found") {
+        sqlstate::UNDEFINED_TABLE
+    } else if lower.contains("no field named")
+        || lower.contains("column") && lower.contains("not found")
+    {
+        sqlstate::UNDEFINED_COLUMN
+    } else if lower.contains("invalid function")
+        || lower.contains("function") && lower.contains("not found")
+    {
+        sqlstate::UNDEFINED_FUNCTION
+    } else if lower.contains("coercion")
+        || lower.contains("cannot infer common")
+        || lower.contains("does not support")
+        || lower.contains("failed to coerce")
+        || lower.contains("mismatch")
+    {
+        sqlstate::DATATYPE_MISMATCH
+    } else if lower.contains("unsupported") || lower.contains("not supported") {
+        sqlstate::FEATURE_NOT_SUPPORTED
+    } else {
+        sqlstate::SYNTAX_ERROR
+    }
+}
+
+/// Eddy code running inside DataFusion reports its own SQLSTATE as `[SQLSTATE xxxxx] msg`.
+fn parse_tagged(m: &str) -> Option<(&'static str, String)> {
+    let start = m.find("[SQLSTATE ")?;
+    let code = m.get(start + 10..start + 15)?;
+    let rest = m.get(start + 17..).unwrap_or("").to_string();
+    let code: &'static str = match code {
+        "23502" => sqlstate::NOT_NULL_VIOLATION,
+        "22P02" => sqlstate::INVALID_TEXT_REPRESENTATION,
+        "22003" => sqlstate::NUMERIC_VALUE_OUT_OF_RANGE,
+        "42703" => sqlstate::UNDEFINED_COLUMN,
+        "0A000" => sqlstate::FEATURE_NOT_SUPPORTED,
+        _ => sqlstate::DATA_EXCEPTION,
+    };
+    Some((code, rest))
+}
+
+/// Drops DataFusion's internal prefixes ("Error during planning: ") and backtraces.
+fn clean_message(m: &str) -> String {
+    let mut s = m.trim();
+    for prefix in [
+        "Error during planning: ",
+        "Schema error: ",
+        "Arrow error: ",
+        "Execution error: ",
+        "External error: ",
+        "Cast error: ",
+        "Parser error: ",
+        "Compute error: ",
+        "Invalid argument error: ",
+    ] {
+        while let Some(rest) = s.strip_prefix(prefix) {
+            s = rest;
+        }
+    }
+    s.split("\nbacktrace")
+        .next()
+        .unwrap_or(s)
+        .trim()
+        .to_string()
+}

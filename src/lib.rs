@@ -1,0 +1,11 @@
+//! Eddy: a streaming SQL database with Flink's execution model behind PostgreSQL's wire
+//! protocol. See `docs/architecture.md` for the map of the modules.
+
+pub mod catalog;
+pub mod config;
+pub mod error;
+pub mod server;
+pub mod serving;
+pub mod session;
+pub mod sql;
+pub mod state;

@@ -1,0 +1,18 @@
+use clap::Parser;
+use eddy::config::{Cli, Config};
+use tracing_subscriber::EnvFilter;
+
+fn main() -> anyhow::Result<()> {
+    tracing_subscriber::fmt()
+        .with_env_filter(
+            EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new("info")),
+        )
+        .init();
+    let config = Config::from_cli(Cli::parse())?;
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(config.workers)
+        .thread_name("eddy-worker")
+        .enable_all()
+        .build()?;
+    runtime.block_on(eddy::server::run(config))
+}

@@ -1,0 +1,667 @@
+//! Arrow → PostgreSQL: the type each Arrow column is reported as, and its values in
+//! PostgreSQL's text and binary formats.
+//!
+//! Text output follows what PostgreSQL 15 prints with its default settings
+//! (`DateStyle = ISO`, `IntervalStyle = postgres`, `extra_float_digits = 1`), so clients
+//! that parse text (psql, psycopg2) see exactly what a PostgreSQL server would send.
+
+use crate::catalog::types::PG_TYPE_METADATA;
+use crate::error::{EddyError, Result};
+use arrow::array::{Array, ArrayRef, AsArray, RecordBatch};
+use arrow::compute::cast;
+use arrow::datatypes::*;
+use bytes::{BufMut, BytesMut};
+use chrono::{DateTime, NaiveDate, NaiveTime, Timelike};
+use pgwire::api::Type;
+use pgwire::api::portal::Format;
+use pgwire::api::results::{FieldFormat, FieldInfo};
+use pgwire::messages::data::DataRow;
+use std::fmt::Write;
+use std::sync::Arc;
+
+/// Microseconds between 1970-01-01 (Unix) and 2000-01-01 (PostgreSQL's epoch).
+const PG_EPOCH_OFFSET_MICROS: i64 = 946_684_800_000_000;
+/// Days between the two epochs.
+const PG_EPOCH_OFFSET_DAYS: i32 = 10_957;
+
+/// The PostgreSQL type an Arrow field is reported as.
+pub fn pg_type(field: &Field) -> Type {
+    if field.metadata().get(PG_TYPE_METADATA).map(String::as_str) == Some("jsonb") {
+        return Type::JSONB;
+    }
+    pg_type_of(field.data_type())
+}
+
+fn pg_type_of(dt: &DataType) -> Type {
+    match dt {
+        DataType::Boolean => Type::BOOL,
+        DataType::Int8 | DataType::Int16 | DataType::UInt8 => Type::INT2,
+        DataType::Int32 | DataType::UInt16 => Type::INT4,
+        DataType::Int64 | DataType::UInt32 => Type::INT8,
+        DataType::UInt64 | DataType::Decimal32(..) | DataType::Decimal64(..) => Type::NUMERIC,
+        DataType::Decimal128(..) | DataType::Decimal256(..) => Type::NUMERIC,
+        DataType::Float16 | DataType::Float32 => Type::FLOAT4,
+        DataType::Float64 => Type::FLOAT8,
+        DataType::Utf8 | DataType::LargeUtf8 | DataType::Utf8View => Type::TEXT,
+        DataType::Binary
+        | DataType::LargeBinary
+        | DataType::BinaryView
+        | DataType::FixedSizeBinary(_) => Type::BYTEA,
+        DataType::Date32 | DataType::Date64 => Type::DATE,
+        DataType::Time32(_) | DataType::Time64(_) => Type::TIME,
+        DataType::Timestamp(_, None) => Type::TIMESTAMP,
+        DataType::Timestamp(_, Some(_)) => Type::TIMESTAMPTZ,
+        DataType::Interval(_) => Type::INTERVAL,
+        DataType::Dictionary(_, v) => pg_type_of(v),
+        DataType::List(f) | DataType::LargeList(f) | DataType::FixedSizeList(f, _) => {
+            match pg_type_of(f.data_type()) {
+                Type::BOOL => Type::BOOL_ARRAY,
+                Type::INT2 => Type::INT2_ARRAY,
+                Type::INT4 => Type::INT4_ARRAY,
+                Type::INT8 => Type::INT8_ARRAY,
+                Type::FLOAT4 => Type::FLOAT4_ARRAY,
+                Type::FLOAT8 => Type::FLOAT8_ARRAY,
+                Type::NUMERIC => Type::NUMERIC_ARRAY,
+                Type::DATE => Type::DATE_ARRAY,
+                Type::TIMESTAMP => Type::TIMESTAMP_ARRAY,
+                Type::TIMESTAMPTZ => Type::TIMESTAMPTZ_ARRAY,
+                Type::BYTEA => Type::BYTEA_ARRAY,
+                _ => Type::TEXT_ARRAY,
+            }
+        }
+        _ => Type::TEXT,
+    }
+}
+
+/// `pg_type.typlen` of the types Eddy reports.
+fn type_size(t: &Type) -> i16 {
+    match *t {
+        Type::BOOL => 1,
+        Type::INT2 => 2,
+        Type::INT4 | Type::FLOAT4 | Type::DATE => 4,
+        Type::INT8 | Type::FLOAT8 | Type::TIMESTAMP | Type::TIMESTAMPTZ | Type::TIME => 8,
+        Type::INTERVAL => 16,
+        _ => -1,
+    }
+}
+
+/// Row description fields for a result schema in the requested formats.
+pub fn field_infos(schema: &Schema, format: &Format) -> Vec<FieldInfo> {
+    schema
+        .fields()
+        .iter()
+        .enumerate()
+        .map(|(i, f)| {
+            let ty = pg_type(f);
+            let size = type_size(&ty);
+            let modifier = match f.data_type() {
+                DataType::Decimal128(p, s) | DataType::Decimal256(p, s) => {
+                    ((*p as i32) << 16 | (*s as i32 & 0xffff)) + 4
+                }
+                _ => -1,
+            };
+            FieldInfo::new(f.name().clone(), None, None, ty, format.format_for(i))
+                .with_type_size(size)
+                .with_type_modifier(modifier)
+        })
+        .collect()
+}
+
+/// Encodes every row of the batches as `DataRow` messages.
+pub fn encode_rows(batches: &[RecordBatch], fields: &[FieldInfo]) -> Result<Vec<DataRow>> {
+    let total: usize = batches.iter().map(|b| b.num_rows()).sum();
+    let mut rows = Vec::with_capacity(total);
+    let mut buf = BytesMut::with_capacity(256);
+    for batch in batches {
+        let columns: Vec<ArrayRef> = batch
+            .columns()
+            .iter()
+            .map(normalize)
+            .collect::<Result<_>>()?;
+        let binary: Vec<bool> = fields
+            .iter()
+            .map(|f| f.format() == FieldFormat::Binary)
+            .collect();
+        let jsonb: Vec<bool> = fields
+            .iter()
+            .map(|f| *f.datatype() == Type::JSONB)
+            .collect();
+        for row in 0..batch.num_rows() {
+            for (c, column) in columns.iter().enumerate() {
+                let len_at = buf.len();
+                buf.put_i32(-1);
+                if column.is_null(row) {
+                    continue;
+                }
+                if binary[c] {
+                    if jsonb[c] {
+                        buf.put_u8(1);
+                    }
+                    write_binary(column, row, &mut buf)?;
+                } else {
+                    write_text(column, row, &mut buf, false)?;
+                }
+                let len = (buf.len() - len_at - 4) as i32;
+                buf[len_at..len_at + 4].copy_from_slice(&len.to_be_bytes());
+            }
+            rows.push(DataRow::new(buf.split(), columns.len() as i16));
+        }
+    }
+    Ok(rows)
+}
+
+/// Casts the Arrow types that have several layouts to the one the writers handle.
+fn normalize(array: &ArrayRef) -> Result<ArrayRef> {
+    let target = match array.data_type() {
+        DataType::Dictionary(_, v) => Some(v.as_ref().clone()),
+        DataType::LargeUtf8 | DataType::Utf8View => Some(DataType::Utf8),
+        DataType::LargeBinary | DataType::BinaryView | DataType::FixedSizeBinary(_) => {
+            Some(DataType::Binary)
+        }
+        DataType::Date64 => Some(DataType::Date32),
+        DataType::Timestamp(unit, tz) if *unit != TimeUnit::Microsecond => {
+            Some(DataType::Timestamp(TimeUnit::Microsecond, tz.clone()))
+        }
+        DataType::Time32(_) | DataType::Time64(TimeUnit::Nanosecond) => {
+            Some(DataType::Time64(TimeUnit::Microsecond))
+        }
+        DataType::Interval(IntervalUnit::YearMonth | IntervalUnit::DayTime) => {
+            Some(DataType::Interval(IntervalUnit::MonthDayNano))
+        }
+        DataType::Float16 => Some(DataType::Float32),
+        DataType::Decimal32(p, s) | DataType::Decimal64(p, s) => Some(DataType::Decimal128(*p, *s)),
+        DataType::Decimal256(p, s) if *p <= 38 => Some(DataType::Decimal128(*p, *s)),
+        DataType::LargeList(f) | DataType::FixedSizeList(f, _) => Some(DataType::List(f.clone())),
+        _ => None,
+    };
+    match target {
+        Some(t) => Ok(cast(array, &t)?),
+        None => Ok(array.clone()),
+    }
+}
+
+// ---------------------------------------------------------------------------------------
+// Text format
+
+fn write_text(array: &ArrayRef, row: usize, buf: &mut BytesMut, in_array: bool) -> Result<()> {
+    let mut s = String::new();
+    match array.data_type() {
+        DataType::Boolean => {
+            buf.put_slice(if array.as_boolean().value(row) {
+                b"t"
+            } else {
+                b"f"
+            });
+            return Ok(());
+        }
+        DataType::Int8 => write!(s, "{}", array.as_primitive::<Int8Type>().value(row)),
+        DataType::Int16 => write!(s, "{}", array.as_primitive::<Int16Type>().value(row)),
+        DataType::Int32 => write!(s, "{}", array.as_primitive::<Int32Type>().value(row)),
+        DataType::Int64 => write!(s, "{}", array.as_primitive::<Int64Type>().value(row)),
+        DataType::UInt8 => write!(s, "{}", array.as_primitive::<UInt8Type>().value(row)),
+        DataType::UInt16 => write!(s, "{}", array.as_primitive::<UInt16Type>().value(row)),
+        DataType::UInt32 => write!(s, "{}", array.as_primitive::<UInt32Type>().value(row)),
+        DataType::UInt64 => write!(s, "{}", array.as_primitive::<UInt64Type>().value(row)),
+        DataType::Float32 => {
+            s = format_float(
+                array.as_primitive::<Float32Type>().value(row) as f64,
+                6,
+                true,
+            );
+            Ok(())
+        }
+        DataType::Float64 => {
+            s = format_float(array.as_primitive::<Float64Type>().value(row), 15, false);
+            Ok(())
+        }
+        DataType::Decimal128(_, scale) => {
+            s = format_decimal(array.as_primitive::<Decimal128Type>().value(row), *scale);
+            Ok(())
+        }
+        DataType::Utf8 => {
+            buf.put_slice(array.as_string::<i32>().value(row).as_bytes());
+            return Ok(());
+        }
+        DataType::Binary => {
+            let bytes = array.as_binary::<i32>().value(row);
+            s.reserve(2 + bytes.len() * 2);
+            s.push_str(if in_array { "\\\\x" } else { "\\x" });
+            for b in bytes {
+                let _ = write!(s, "{b:02x}");
+            }
+            Ok(())
+        }
+        DataType::Date32 => {
+            s = format_date(array.as_primitive::<Date32Type>().value(row));
+            Ok(())
+        }
+        DataType::Time64(TimeUnit::Microsecond) => {
+            s = format_time(array.as_primitive::<Time64MicrosecondType>().value(row));
+            Ok(())
+        }
+        DataType::Timestamp(TimeUnit::Microsecond, tz) => {
+            let micros = array.as_primitive::<TimestampMicrosecondType>().value(row);
+            s = format_timestamp(micros, tz.is_some());
+            Ok(())
+        }
+        DataType::Interval(IntervalUnit::MonthDayNano) => {
+            let v = array.as_primitive::<IntervalMonthDayNanoType>().value(row);
+            s = format_interval(v.months, v.days, v.nanoseconds);
+            Ok(())
+        }
+        DataType::List(_) => {
+            s = format_list(array.as_list::<i32>().value(row))?;
+            Ok(())
+        }
+        _ => {
+            let formatter = arrow::util::display::ArrayFormatter::try_new(
+                array.as_ref(),
+                &arrow::util::display::FormatOptions::default(),
+            )?;
+            write!(s, "{}", formatter.value(row))
+        }
+    }
+    .map_err(|e| EddyError::internal(e.to_string()))?;
+    buf.put_slice(s.as_bytes());
+    Ok(())
+}
+
+/// A float the way PostgreSQL prints it: the shortest text that reads back to the same
+/// value, in exponent form when the decimal exponent is below -4 or at least `max_digits`.
+pub fn format_float(v: f64, max_digits: i32, single: bool) -> String {
+    if v.is_nan() {
+        return "NaN".into();
+    }
+    if v.is_infinite() {
+        return if v > 0.0 { "Infinity" } else { "-Infinity" }.into();
+    }
+    if v == 0.0 {
+        return if v.is_sign_negative() { "-0" } else { "0" }.into();
+    }
+    // Shortest round-trip digits and exponent, as `1.2345e6`.
+    let sci = if single {
+        format!("{:e}", v as f32)
+    } else {
+        format!("{v:e}")
+    };
+    let (mantissa, exp) = sci.split_once('e').expect("{:e} output has an exponent");
+    let exp: i32 = exp.parse().expect("exponent is an integer");
+    let negative = mantissa.starts_with('-');
+    let digits: String = mantissa.chars().filter(|c| c.is_ascii_digit()).collect();
+    let mut out = String::new();
+    if negative {
+        out.push('-');
+    }
+    if exp < -4 || exp >= max_digits {
+        out.push_str(&digits[..1]);
+        if digits.len() > 1 {
+            out.push('.');
+            out.push_str(&digits[1..]);
+        }
+        let _ = write!(out, "e{}{:02}", if exp < 0 { '-' } else { '+' }, exp.abs());
+    } else if exp < 0 {
+        out.push_str("0.");
+        for _ in 0..(-exp - 1) {
+            out.push('0');
+        }
+        out.push_str(&digits);
+    } else {
+        let int_len = exp as usize + 1;
+        if digits.len() <= int_len {
+            out.push_str(&digits);
+            for _ in digits.len()..int_len {
+                out.push('0');
+            }
+        } else {
+            out.push_str(&digits[..int_len]);
+            out.push('.');
+            out.push_str(&digits[int_len..]);
+        }
+    }
+    out
+}
+
+pub fn format_decimal(v: i128, scale: i8) -> String {
+    if scale <= 0 {
+        let mut s = v.to_string();
+        if scale < 0 && v != 0 {
+            for _ in 0..(-scale) {
+                s.push('0');
+            }
+        }
+        return s;
+    }
+    let scale = scale as usize;
+    let negative = v < 0;
+    let digits = v.unsigned_abs().to_string();
+    let digits = if digits.len() <= scale {
+        format!("{}{}", "0".repeat(scale + 1 - digits.len()), digits)
+    } else {
+        digits
+    };
+    let (int, frac) = digits.split_at(digits.len() - scale);
+    format!("{}{int}.{frac}", if negative { "-" } else { "" })
+}
+
+fn format_date(days: i32) -> String {
+    match NaiveDate::from_num_days_from_ce_opt(days + 719_163) {
+        Some(d) => d.format("%Y-%m-%d").to_string(),
+        None => days.to_string(),
+    }
+}
+
+fn push_fraction(out: &mut String, micros: u32) {
+    if micros > 0 {
+        let frac = format!("{micros:06}");
+        out.push('.');
+        out.push_str(frac.trim_end_matches('0'));
+    }
+}
+
+fn format_time(micros: i64) -> String {
+    let secs = micros.div_euclid(1_000_000);
+    let frac = micros.rem_euclid(1_000_000) as u32;
+    match NaiveTime::from_num_seconds_from_midnight_opt(secs as u32, 0) {
+        Some(t) => {
+            let mut s = t.format("%H:%M:%S").to_string();
+            push_fraction(&mut s, frac);
+            s
+        }
+        None => micros.to_string(),
+    }
+}
+
+pub fn format_timestamp(micros: i64, with_tz: bool) -> String {
+    let Some(dt) = DateTime::from_timestamp_micros(micros) else {
+        return micros.to_string();
+    };
+    let naive = dt.naive_utc();
+    let mut s = naive.format("%Y-%m-%d %H:%M:%S").to_string();
+    push_fraction(&mut s, naive.nanosecond() / 1000);
+    if with_tz {
+        s.push_str("+00");
+    }
+    s
+}
+
+/// An interval in PostgreSQL's default `postgres` style: `1 year 2 mons 3 days 04:05:06`.
+pub fn format_interval(months: i32, days: i32, nanos: i64) -> String {
+    let mut parts: Vec<String> = Vec::new();
+    let years = months / 12;
+    let mons = months % 12;
+    let plural = |n: i64, unit: &str| {
+        if n == 1 || n == -1 {
+            format!("{n} {unit}")
+        } else {
+            format!("{n} {unit}s")
+        }
+    };
+    if years != 0 {
+        parts.push(plural(years as i64, "year"));
+    }
+    if mons != 0 {
+        parts.push(plural(mons as i64, "mon"));
+    }
+    if days != 0 {
+        parts.push(plural(days as i64, "day"));
+    }
+    let micros = nanos / 1000;
+    if micros != 0 || parts.is_empty() {
+        let negative = micros < 0;
+        let abs = micros.unsigned_abs();
+        let total_secs = abs / 1_000_000;
+        let frac = (abs % 1_000_000) as u32;
+        let mut t = format!(
+            "{}{:02}:{:02}:{:02}",
+            if negative {
+                "-"
+            } else if parts.iter().any(|p| p.starts_with('-')) {
+                "+"
+            } else {
+                ""
+            },
+            total_secs / 3600,
+            (total_secs / 60) % 60,
+            total_secs % 60
+        );
+        push_fraction(&mut t, frac);
+        parts.push(t);
+    }
+    parts.join(" ")
+}
+
+/// An array literal: `{1,2,NULL}`, with elements quoted where PostgreSQL quotes them.
+fn format_list(values: ArrayRef) -> Result<String> {
+    let values = normalize(&values)?;
+    let mut out = String::from("{");
+    for i in 0..values.len() {
+        if i > 0 {
+            out.push(',');
+        }
+        if values.is_null(i) {
+            out.push_str("NULL");
+            continue;
+        }
+        let mut buf = BytesMut::new();
+        write_text(&values, i, &mut buf, true)?;
+        let text = String::from_utf8_lossy(&buf).into_owned();
+        let needs_quotes = text.is_empty()
+            || text.eq_ignore_ascii_case("null")
+            || text
+                .chars()
+                .any(|c| matches!(c, '{' | '}' | ',' | '"' | '\\') || c.is_whitespace());
+        if needs_quotes {
+            out.push('"');
+            for c in text.chars() {
+                if c == '"' || c == '\\' {
+                    out.push('\\');
+                }
+                out.push(c);
+            }
+            out.push('"');
+        } else {
+            out.push_str(&text);
+        }
+    }
+    out.push('}');
+    Ok(out)
+}
+
+// ---------------------------------------------------------------------------------------
+// Binary format
+
+fn write_binary(array: &ArrayRef, row: usize, buf: &mut BytesMut) -> Result<()> {
+    match array.data_type() {
+        DataType::Boolean => buf.put_u8(array.as_boolean().value(row) as u8),
+        DataType::Int8 => buf.put_i16(array.as_primitive::<Int8Type>().value(row) as i16),
+        DataType::Int16 => buf.put_i16(array.as_primitive::<Int16Type>().value(row)),
+        DataType::Int32 => buf.put_i32(array.as_primitive::<Int32Type>().value(row)),
+        DataType::Int64 => buf.put_i64(array.as_primitive::<Int64Type>().value(row)),
+        DataType::UInt8 => buf.put_i16(array.as_primitive::<UInt8Type>().value(row) as i16),
+        DataType::UInt16 => buf.put_i32(array.as_primitive::<UInt16Type>().value(row) as i32),
+        DataType::UInt32 => buf.put_i64(array.as_primitive::<UInt32Type>().value(row) as i64),
+        DataType::UInt64 => write_numeric(
+            array.as_primitive::<UInt64Type>().value(row) as i128,
+            0,
+            buf,
+        ),
+        DataType::Float32 => buf.put_f32(array.as_primitive::<Float32Type>().value(row)),
+        DataType::Float64 => buf.put_f64(array.as_primitive::<Float64Type>().value(row)),
+        DataType::Decimal128(_, scale) => write_numeric(
+            array.as_primitive::<Decimal128Type>().value(row),
+            *scale,
+            buf,
+        ),
+        DataType::Utf8 => buf.put_slice(array.as_string::<i32>().value(row).as_bytes()),
+        DataType::Binary => buf.put_slice(array.as_binary::<i32>().value(row)),
+        DataType::Date32 => {
+            buf.put_i32(array.as_primitive::<Date32Type>().value(row) - PG_EPOCH_OFFSET_DAYS)
+        }
+        DataType::Time64(TimeUnit::Microsecond) => {
+            buf.put_i64(array.as_primitive::<Time64MicrosecondType>().value(row))
+        }
+        DataType::Timestamp(TimeUnit::Microsecond, _) => buf.put_i64(
+            array.as_primitive::<TimestampMicrosecondType>().value(row) - PG_EPOCH_OFFSET_MICROS,
+        ),
+        DataType::Interval(IntervalUnit::MonthDayNano) => {
+            let v = array.as_primitive::<IntervalMonthDayNanoType>().value(row);
+            buf.put_i64(v.nanoseconds / 1000);
+            buf.put_i32(v.days);
+            buf.put_i32(v.months);
+        }
+        DataType::List(field) => {
+            let values = normalize(&array.as_list::<i32>().value(row))?;
+            let element_type = pg_type_of(field.data_type());
+            buf.put_i32(1); // dimensions
+            buf.put_i32((values.null_count() > 0) as i32);
+            buf.put_u32(element_type.oid());
+            buf.put_i32(values.len() as i32);
+            buf.put_i32(1); // lower bound
+            for i in 0..values.len() {
+                if values.is_null(i) {
+                    buf.put_i32(-1);
+                    continue;
+                }
+                let at = buf.len();
+                buf.put_i32(0);
+                if element_type == Type::TEXT {
+                    write_text(&values, i, buf, false)?;
+                } else {
+                    write_binary(&values, i, buf)?;
+                }
+                let len = (buf.len() - at - 4) as i32;
+                buf[at..at + 4].copy_from_slice(&len.to_be_bytes());
+            }
+        }
+        // Types without a binary writer are reported as text, whose binary form is UTF-8.
+        _ => write_text(array, row, buf, false)?,
+    }
+    Ok(())
+}
+
+/// PostgreSQL's binary `numeric`: base-10000 digits with a weight, a sign and a display
+/// scale.
+pub fn write_numeric(value: i128, scale: i8, buf: &mut BytesMut) {
+    let scale = scale.max(0) as usize;
+    let negative = value < 0;
+    let digits = value.unsigned_abs().to_string();
+    let digits = if digits.len() <= scale {
+        format!("{}{}", "0".repeat(scale + 1 - digits.len()), digits)
+    } else {
+        digits
+    };
+    let (int_part, frac_part) = digits.split_at(digits.len() - scale);
+    // Pad the integer part on the left and the fraction on the right to whole groups of 4.
+    let int_pad = (4 - int_part.len() % 4) % 4;
+    let int_part = format!("{}{}", "0".repeat(int_pad), int_part);
+    let frac_pad = (4 - frac_part.len() % 4) % 4;
+    let frac_part = format!("{}{}", frac_part, "0".repeat(frac_pad));
+    let group = |s: &str| -> Vec<i16> {
+        s.as_bytes()
+            .chunks(4)
+            .map(|c| std::str::from_utf8(c).unwrap().parse::<i16>().unwrap())
+            .collect()
+    };
+    let mut groups = group(&int_part);
+    let int_groups = groups.len() as i16;
+    groups.extend(group(&frac_part));
+    let mut weight = int_groups - 1;
+    // Strip leading zero groups (each lowers the weight) and trailing zero groups.
+    let leading = groups.iter().take_while(|g| **g == 0).count();
+    groups.drain(..leading);
+    weight -= leading as i16;
+    while groups.last() == Some(&0) {
+        groups.pop();
+    }
+    if groups.is_empty() {
+        weight = 0;
+    }
+    buf.put_i16(groups.len() as i16);
+    buf.put_i16(weight);
+    buf.put_u16(if negative && !groups.is_empty() {
+        0x4000
+    } else {
+        0
+    });
+    buf.put_i16(scale as i16);
+    for g in groups {
+        buf.put_i16(g);
+    }
+}
+
+/// Arrow schema of rows → shared field list for pgwire.
+pub fn shared_fields(schema: &Schema, format: &Format) -> Arc<Vec<FieldInfo>> {
+    Arc::new(field_infos(schema, format))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn floats_print_like_postgres() {
+        assert_eq!(format_float(1.5, 15, false), "1.5");
+        assert_eq!(format_float(100.0, 15, false), "100");
+        assert_eq!(format_float(1e20, 15, false), "1e+20");
+        assert_eq!(format_float(1e15, 15, false), "1e+15");
+        assert_eq!(
+            format_float(123456789012345.0, 15, false),
+            "123456789012345"
+        );
+        assert_eq!(format_float(0.0001, 15, false), "0.0001");
+        assert_eq!(format_float(0.00001, 15, false), "1e-05");
+        assert_eq!(format_float(-2.25, 15, false), "-2.25");
+        assert_eq!(format_float(0.1 + 0.2, 15, false), "0.30000000000000004");
+        assert_eq!(format_float(f64::NAN, 15, false), "NaN");
+        assert_eq!(format_float(1e6, 6, true), "1e+06");
+        assert_eq!(format_float(100000.0, 6, true), "100000");
+        assert_eq!(format_float(0.1f32 as f64, 6, true), "0.1");
+    }
+
+    #[test]
+    fn decimals_keep_their_scale() {
+        assert_eq!(format_decimal(12345, 2), "123.45");
+        assert_eq!(format_decimal(-5, 2), "-0.05");
+        assert_eq!(format_decimal(7, 0), "7");
+        assert_eq!(format_decimal(100, 2), "1.00");
+    }
+
+    #[test]
+    fn timestamps_omit_zero_fractions() {
+        assert_eq!(format_timestamp(0, false), "1970-01-01 00:00:00");
+        assert_eq!(format_timestamp(500_000, false), "1970-01-01 00:00:00.5");
+        assert_eq!(
+            format_timestamp(1_000_001, true),
+            "1970-01-01 00:00:01.000001+00"
+        );
+    }
+
+    #[test]
+    fn intervals_use_postgres_style() {
+        assert_eq!(format_interval(0, 0, 0), "00:00:00");
+        assert_eq!(
+            format_interval(14, 3, 3_600_000_000_000),
+            "1 year 2 mons 3 days 01:00:00"
+        );
+        assert_eq!(format_interval(0, 1, 0), "1 day");
+        assert_eq!(format_interval(0, 0, -1_500_000_000), "-00:00:01.5");
+    }
+
+    #[test]
+    fn numeric_binary_layout() {
+        // 123.45 → digits [123, 4500], weight 0, dscale 2.
+        let mut buf = BytesMut::new();
+        write_numeric(12345, 2, &mut buf);
+        assert_eq!(
+            buf.as_ref(),
+            &[0, 2, 0, 0, 0, 0, 0, 2, 0, 123, 0x11, 0x94][..]
+        );
+        // -0.05 → digits [500], weight -1, negative, dscale 2.
+        let mut buf = BytesMut::new();
+        write_numeric(-5, 2, &mut buf);
+        assert_eq!(
+            buf.as_ref(),
+            &[0, 1, 0xff, 0xff, 0x40, 0, 0, 2, 0x01, 0xf4][..]
+        );
+    }
+}

@@ -1,0 +1,320 @@
+//! [`StoredTable`]: a `CREATE TABLE` table as a DataFusion `TableProvider`.
+
+use crate::error::EddyError;
+use crate::state::StateTable;
+use crate::state::state_table::ScannedBatch;
+use arrow::array::{ArrayRef, BooleanArray, RecordBatch, UInt64Array};
+use arrow::compute::{and, cast, filter_record_batch};
+use arrow::datatypes::{DataType, Field, Schema, SchemaRef};
+use async_trait::async_trait;
+use datafusion::catalog::{Session, TableProvider};
+use datafusion::common::{DFSchema, Result as DFResult};
+use datafusion::datasource::TableType;
+use datafusion::datasource::memory::MemorySourceConfig;
+use datafusion::datasource::sink::{DataSink, DataSinkExec};
+use datafusion::execution::{SendableRecordBatchStream, TaskContext};
+use datafusion::logical_expr::dml::InsertOp;
+use datafusion::logical_expr::execution_props::ExecutionProps;
+use datafusion::logical_expr::physical_planning_context::PhysicalPlanningContext;
+use datafusion::logical_expr::{Expr, TableProviderFilterPushDown};
+use datafusion::physical_expr::create_physical_expr;
+use datafusion::physical_plan::{DisplayAs, DisplayFormatType, ExecutionPlan};
+use futures::StreamExt;
+use std::sync::Arc;
+
+#[derive(Debug)]
+pub struct StoredTable {
+    table: Arc<StateTable>,
+}
+
+impl std::fmt::Debug for StateTable {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("StateTable")
+            .field("table_id", &self.table_id())
+            .finish()
+    }
+}
+
+impl StoredTable {
+    pub fn new(table: Arc<StateTable>) -> Self {
+        Self { table }
+    }
+
+    fn read_all(&self) -> DFResult<Vec<ScannedBatch>> {
+        self.table.scan().map_err(EddyError::into_datafusion)
+    }
+}
+
+/// A one-row result `count: UInt64`, what DataFusion expects a DML plan to return.
+fn count_result(count: u64) -> DFResult<Arc<dyn ExecutionPlan>> {
+    let schema = Arc::new(Schema::new(vec![Field::new(
+        "count",
+        DataType::UInt64,
+        false,
+    )]));
+    let batch = RecordBatch::try_new(
+        schema.clone(),
+        vec![Arc::new(UInt64Array::from(vec![count])) as ArrayRef],
+    )?;
+    Ok(MemorySourceConfig::try_new_exec(
+        &[vec![batch]],
+        schema,
+        None,
+    )?)
+}
+
+/// Evaluates the `WHERE` conjuncts of an `UPDATE`/`DELETE` over one batch.
+/// Rows where the predicate is NULL do not match, as in SQL.
+fn matching_rows(
+    filters: &[Expr],
+    batch: &RecordBatch,
+    df_schema: &DFSchema,
+    props: &ExecutionProps,
+) -> DFResult<BooleanArray> {
+    let mut mask = BooleanArray::from(vec![true; batch.num_rows()]);
+    for f in filters {
+        let expr = create_physical_expr(f, df_schema, props, &PhysicalPlanningContext::default())?;
+        let value = expr.evaluate(batch)?.into_array(batch.num_rows())?;
+        let value = cast(&value, &DataType::Boolean)?;
+        let value = value
+            .as_any()
+            .downcast_ref::<BooleanArray>()
+            .expect("cast to boolean yields a BooleanArray");
+        mask = and(&mask, value)?;
+    }
+    // NULL means "no match".
+    Ok(mask.iter().map(|v| Some(v == Some(true))).collect())
+}
+
+fn selected_keys(keys: &[Vec<u8>], mask: &BooleanArray) -> Vec<Vec<u8>> {
+    keys.iter()
+        .zip(mask.iter())
+        .filter(|(_, m)| *m == Some(true))
+        .map(|(k, _)| k.clone())
+        .collect()
+}
+
+#[async_trait]
+impl TableProvider for StoredTable {
+    fn schema(&self) -> SchemaRef {
+        self.table.schema().clone()
+    }
+
+    fn table_type(&self) -> TableType {
+        TableType::Base
+    }
+
+    fn supports_filters_pushdown(
+        &self,
+        filters: &[&Expr],
+    ) -> DFResult<Vec<TableProviderFilterPushDown>> {
+        Ok(vec![
+            TableProviderFilterPushDown::Unsupported;
+            filters.len()
+        ])
+    }
+
+    async fn scan(
+        &self,
+        _state: &dyn Session,
+        projection: Option<&Vec<usize>>,
+        _filters: &[Expr],
+        _limit: Option<usize>,
+    ) -> DFResult<Arc<dyn ExecutionPlan>> {
+        let batches: Vec<RecordBatch> = self.read_all()?.into_iter().map(|s| s.batch).collect();
+        Ok(MemorySourceConfig::try_new_exec(
+            &[batches],
+            self.schema(),
+            projection.cloned(),
+        )?)
+    }
+
+    async fn insert_into(
+        &self,
+        _state: &dyn Session,
+        input: Arc<dyn ExecutionPlan>,
+        insert_op: InsertOp,
+    ) -> DFResult<Arc<dyn ExecutionPlan>> {
+        if insert_op != InsertOp::Append {
+            return Err(
+                EddyError::not_supported(format!("INSERT {insert_op} is not supported"))
+                    .into_datafusion(),
+            );
+        }
+        let sink = TableSink {
+            table: self.table.clone(),
+        };
+        Ok(Arc::new(DataSinkExec::new(input, Arc::new(sink), None)))
+    }
+
+    async fn delete_from(
+        &self,
+        state: &dyn Session,
+        filters: Vec<Expr>,
+    ) -> DFResult<Arc<dyn ExecutionPlan>> {
+        let df_schema = DFSchema::try_from(self.schema())?;
+        let mut deleted = 0u64;
+        for scanned in self.read_all()? {
+            let mask = matching_rows(
+                &filters,
+                &scanned.batch,
+                &df_schema,
+                state.execution_props(),
+            )?;
+            let keys = selected_keys(&scanned.keys, &mask);
+            deleted += self
+                .table
+                .delete_keys(&keys)
+                .map_err(EddyError::into_datafusion)? as u64;
+        }
+        count_result(deleted)
+    }
+
+    async fn update(
+        &self,
+        state: &dyn Session,
+        assignments: Vec<(String, Expr)>,
+        filters: Vec<Expr>,
+    ) -> DFResult<Arc<dyn ExecutionPlan>> {
+        let schema = self.schema();
+        let df_schema = DFSchema::try_from(schema.clone())?;
+        let mut assigned = Vec::with_capacity(schema.fields().len());
+        for field in schema.fields() {
+            let expr = assignments
+                .iter()
+                .find(|(name, _)| name == field.name())
+                .map(|(_, e)| {
+                    create_physical_expr(
+                        e,
+                        &df_schema,
+                        state.execution_props(),
+                        &PhysicalPlanningContext::default(),
+                    )
+                })
+                .transpose()?;
+            assigned.push(expr);
+        }
+        for (name, _) in &assignments {
+            if schema.field_with_name(name).is_err() {
+                return Err(EddyError::new(
+                    crate::error::sqlstate::UNDEFINED_COLUMN,
+                    format!("column \"{name}\" does not exist"),
+                )
+                .into_datafusion());
+            }
+        }
+        let mut updated = 0u64;
+        for scanned in self.read_all()? {
+            let mask = matching_rows(
+                &filters,
+                &scanned.batch,
+                &df_schema,
+                state.execution_props(),
+            )?;
+            let keys = selected_keys(&scanned.keys, &mask);
+            if keys.is_empty() {
+                continue;
+            }
+            let old = filter_record_batch(&scanned.batch, &mask)?;
+            let mut columns = Vec::with_capacity(assigned.len());
+            for (i, expr) in assigned.iter().enumerate() {
+                let field = schema.field(i);
+                let column = match expr {
+                    Some(expr) => {
+                        // Evaluate over the matched rows only: expressions see old values.
+                        let value = expr.evaluate(&old)?.into_array(old.num_rows())?;
+                        cast(&value, field.data_type())?
+                    }
+                    None => old.column(i).clone(),
+                };
+                columns.push(column);
+            }
+            let new = RecordBatch::try_new(schema.clone(), columns).map_err(|_| {
+                let bad = schema
+                    .fields()
+                    .iter()
+                    .find(|f| !f.is_nullable())
+                    .map(|f| f.name().clone())
+                    .unwrap_or_default();
+                EddyError::new(
+                    crate::error::sqlstate::NOT_NULL_VIOLATION,
+                    format!("null value in column \"{bad}\" violates not-null constraint"),
+                )
+                .into_datafusion()
+            })?;
+            updated += self
+                .table
+                .replace(&keys, &new)
+                .map_err(EddyError::into_datafusion)? as u64;
+        }
+        count_result(updated)
+    }
+
+    async fn truncate(&self, _state: &dyn Session) -> DFResult<Arc<dyn ExecutionPlan>> {
+        let count: usize = self.read_all()?.iter().map(|s| s.keys.len()).sum();
+        self.table.truncate().map_err(EddyError::into_datafusion)?;
+        count_result(count as u64)
+    }
+}
+
+/// Writes the rows of an `INSERT` into the table, batch by batch.
+#[derive(Debug)]
+struct TableSink {
+    table: Arc<StateTable>,
+}
+
+impl DisplayAs for TableSink {
+    fn fmt_as(&self, _t: DisplayFormatType, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+        write!(f, "TableSink(table_id={})", self.table.table_id())
+    }
+}
+
+#[async_trait]
+impl DataSink for TableSink {
+    fn schema(&self) -> &SchemaRef {
+        self.table.schema()
+    }
+
+    async fn write_all(
+        &self,
+        mut data: SendableRecordBatchStream,
+        _context: &Arc<TaskContext>,
+    ) -> DFResult<u64> {
+        let mut count = 0u64;
+        while let Some(batch) = data.next().await {
+            let batch = batch?;
+            let batch = conform(&batch, self.table.schema())?;
+            count += self
+                .table
+                .upsert(&batch)
+                .map_err(EddyError::into_datafusion)? as u64;
+        }
+        Ok(count)
+    }
+}
+
+/// Casts an incoming batch to the table's exact column types.
+fn conform(batch: &RecordBatch, schema: &SchemaRef) -> DFResult<RecordBatch> {
+    let columns = batch
+        .columns()
+        .iter()
+        .zip(schema.fields())
+        .map(|(c, f)| {
+            if c.data_type() == f.data_type() {
+                Ok(c.clone())
+            } else {
+                cast(c, f.data_type())
+            }
+        })
+        .collect::<Result<Vec<_>, _>>()?;
+    // Nullability is checked by the state table with a proper error; build the batch with
+    // a nullable view of the schema so a NULL reaches that check.
+    let relaxed = Arc::new(Schema::new(
+        schema
+            .fields()
+            .iter()
+            .map(|f| f.as_ref().clone().with_nullable(true))
+            .collect::<Vec<_>>(),
+    ));
+    Ok(RecordBatch::try_new(relaxed, columns)?)
+}

@@ -1,0 +1,313 @@
+//! `CREATE TABLE`, `CREATE VIEW` and `DROP`: changes to the catalog.
+
+use super::{Outcome, Session};
+use crate::catalog::{Column, DEFAULT_SCHEMA, Relation, RelationKind, SqlType, types};
+use crate::error::{EddyError, Result, sqlstate};
+use datafusion::sql::parser::Statement as DFStatement;
+use datafusion::sql::sqlparser::ast::{
+    self, ColumnOption, CreateTable, CreateView, Ident, ObjectName, ObjectType, TableConstraint,
+};
+
+/// The name a user's identifier stands for: unquoted identifiers fold to lower case.
+pub(crate) fn ident_name(ident: &Ident) -> String {
+    if ident.quote_style.is_some() {
+        ident.value.clone()
+    } else {
+        ident.value.to_lowercase()
+    }
+}
+
+/// The relation name of `name` or `public.name`; other schemas do not exist.
+pub(crate) fn relation_name(name: &ObjectName) -> Result<String> {
+    let parts: Vec<String> = name
+        .0
+        .iter()
+        .map(|p| match p.as_ident() {
+            Some(i) => Ok(ident_name(i)),
+            None => Err(EddyError::syntax(format!("invalid name {name}"))),
+        })
+        .collect::<Result<_>>()?;
+    match parts.as_slice() {
+        [n] => Ok(n.clone()),
+        [schema, n] if schema == DEFAULT_SCHEMA => Ok(n.clone()),
+        [db, schema, n] if db == crate::catalog::DATABASE_NAME && schema == DEFAULT_SCHEMA => {
+            Ok(n.clone())
+        }
+        _ => Err(EddyError::new(
+            "3F000",
+            format!("schema of \"{name}\" does not exist; Eddy has only schema \"public\""),
+        )),
+    }
+}
+
+pub(super) async fn create_table(session: &Session, create: CreateTable) -> Result<Outcome> {
+    let name = relation_name(&create.name)?;
+    if create.query.is_some() {
+        return Err(EddyError::not_supported(
+            "CREATE TABLE ... AS SELECT is not supported yet",
+        ));
+    }
+    if create.like.is_some() || create.clone.is_some() {
+        return Err(EddyError::not_supported(
+            "CREATE TABLE ... LIKE/CLONE is not supported",
+        ));
+    }
+    if create.temporary {
+        return Err(EddyError::not_supported(
+            "temporary tables are not supported",
+        ));
+    }
+    if session.engine.catalog.get(&name).is_some() && create.if_not_exists {
+        return Ok(Outcome::command("CREATE TABLE"));
+    }
+    if create.columns.is_empty() {
+        return Err(EddyError::syntax("a table needs at least one column"));
+    }
+
+    let mut columns: Vec<Column> = Vec::with_capacity(create.columns.len());
+    let mut primary_key: Vec<String> = Vec::new();
+    for def in &create.columns {
+        let col_name = ident_name(&def.name);
+        if columns.iter().any(|c| c.name == col_name) {
+            return Err(EddyError::new(
+                "42701",
+                format!("column \"{col_name}\" specified more than once"),
+            ));
+        }
+        let sql_type = SqlType::from_ast(&def.data_type)?;
+        let mut nullable = true;
+        for opt in &def.options {
+            match &opt.option {
+                ColumnOption::NotNull => nullable = false,
+                ColumnOption::Null => nullable = true,
+                ColumnOption::PrimaryKey(_) => {
+                    if !primary_key.is_empty() {
+                        return Err(multiple_primary_keys(&name));
+                    }
+                    primary_key.push(col_name.clone());
+                }
+                other => {
+                    return Err(EddyError::not_supported(format!(
+                        "column option {other} is not supported"
+                    )));
+                }
+            }
+        }
+        columns.push(Column {
+            name: col_name,
+            sql_type,
+            nullable,
+        });
+    }
+    for constraint in &create.constraints {
+        match constraint {
+            TableConstraint::PrimaryKey(pk) => {
+                if !primary_key.is_empty() {
+                    return Err(multiple_primary_keys(&name));
+                }
+                for c in &pk.columns {
+                    match &c.column.expr {
+                        ast::Expr::Identifier(i) => primary_key.push(ident_name(i)),
+                        other => {
+                            return Err(EddyError::syntax(format!(
+                                "primary key must name columns, found {other}"
+                            )));
+                        }
+                    }
+                }
+            }
+            other => {
+                return Err(EddyError::not_supported(format!(
+                    "table constraint {other} is not supported"
+                )));
+            }
+        }
+    }
+    let mut pk_indices = Vec::with_capacity(primary_key.len());
+    for key in &primary_key {
+        let idx = columns.iter().position(|c| &c.name == key).ok_or_else(|| {
+            EddyError::new(
+                sqlstate::UNDEFINED_COLUMN,
+                format!("column \"{key}\" named in key does not exist"),
+            )
+        })?;
+        if pk_indices.contains(&idx) {
+            return Err(EddyError::new(
+                "42701",
+                format!("column \"{key}\" appears twice in primary key constraint"),
+            ));
+        }
+        // As in PostgreSQL, primary key columns are implicitly NOT NULL.
+        columns[idx].nullable = false;
+        pk_indices.push(idx);
+    }
+
+    let rel = Relation {
+        id: 0,
+        name,
+        kind: RelationKind::Table,
+        columns,
+        primary_key: pk_indices,
+        definition: ast::Statement::CreateTable(create).to_string(),
+        depends_on: vec![],
+    };
+    session.engine.catalog.create_relation(rel)?;
+    Ok(Outcome::command("CREATE TABLE"))
+}
+
+fn multiple_primary_keys(table: &str) -> EddyError {
+    EddyError::new(
+        "42P16",
+        format!("multiple primary keys for table \"{table}\" are not allowed"),
+    )
+}
+
+pub(super) async fn create_view(session: &Session, view: CreateView) -> Result<Outcome> {
+    if view.materialized {
+        return Err(EddyError::not_supported(
+            "CREATE MATERIALIZED VIEW is not supported yet: streaming jobs come with the streaming core",
+        ));
+    }
+    let name = relation_name(&view.name)?;
+    let catalog = &session.engine.catalog;
+    if let Some(existing) = catalog.get(&name) {
+        if view.if_not_exists {
+            return Ok(Outcome::command("CREATE VIEW"));
+        }
+        if !(view.or_replace && existing.kind == RelationKind::View) {
+            return Err(EddyError::new(
+                sqlstate::DUPLICATE_TABLE,
+                format!("relation \"{name}\" already exists"),
+            ));
+        }
+    }
+    let query_sql = view.query.to_string();
+    let plan = session
+        .plan(ast::Statement::Query(view.query.clone()))
+        .await?;
+    if !plan.get_parameter_types()?.is_empty() {
+        return Err(EddyError::syntax(
+            "there is no parameter $1 in a view definition",
+        ));
+    }
+    let schema = plan.schema();
+    let names: Vec<String> = if view.columns.is_empty() {
+        schema.fields().iter().map(|f| f.name().clone()).collect()
+    } else {
+        if view.columns.len() > schema.fields().len() {
+            return Err(EddyError::syntax(
+                "CREATE VIEW specifies more column names than columns",
+            ));
+        }
+        let mut names: Vec<String> = view.columns.iter().map(|c| ident_name(&c.name)).collect();
+        names.extend(
+            schema
+                .fields()
+                .iter()
+                .skip(view.columns.len())
+                .map(|f| f.name().clone()),
+        );
+        names
+    };
+    for (i, n) in names.iter().enumerate() {
+        if names[..i].contains(n) {
+            return Err(EddyError::new(
+                "42701",
+                format!("column \"{n}\" specified more than once"),
+            ));
+        }
+    }
+    let columns = names
+        .into_iter()
+        .zip(schema.fields())
+        .map(|(name, f)| Column {
+            name,
+            sql_type: types::SqlType::from_arrow(f),
+            nullable: true,
+        })
+        .collect();
+    let depends_on = referenced_relations(session, &view.query)?;
+    if view.or_replace && catalog.get(&name).is_some() {
+        catalog.drop_relation(&name)?;
+    }
+    catalog.create_relation(Relation {
+        id: 0,
+        name,
+        kind: RelationKind::View,
+        columns,
+        primary_key: vec![],
+        definition: query_sql,
+        depends_on,
+    })?;
+    Ok(Outcome::command("CREATE VIEW"))
+}
+
+/// Ids of the catalog relations a query names (a view's own dependencies are recorded
+/// with the view, so a view over a view depends on that view, not on its tables).
+fn referenced_relations(session: &Session, query: &ast::Query) -> Result<Vec<u32>> {
+    let statement =
+        DFStatement::Statement(Box::new(ast::Statement::Query(Box::new(query.clone()))));
+    let references = session
+        .engine
+        .ctx
+        .state()
+        .resolve_table_references(&statement)?;
+    let mut ids = Vec::new();
+    for r in references {
+        if let Some(rel) = session.engine.catalog.get(r.table())
+            && !ids.contains(&rel.id)
+        {
+            ids.push(rel.id);
+        }
+    }
+    Ok(ids)
+}
+
+pub(super) async fn drop(
+    session: &Session,
+    object_type: ObjectType,
+    if_exists: bool,
+    names: Vec<ObjectName>,
+    cascade: bool,
+) -> Result<Outcome> {
+    let (kind, tag) = match object_type {
+        ObjectType::Table => (RelationKind::Table, "DROP TABLE"),
+        ObjectType::View => (RelationKind::View, "DROP VIEW"),
+        other => {
+            return Err(EddyError::not_supported(format!(
+                "DROP {other} is not supported"
+            )));
+        }
+    };
+    if cascade {
+        return Err(EddyError::not_supported(
+            "DROP ... CASCADE is not supported yet",
+        ));
+    }
+    let catalog = &session.engine.catalog;
+    // Check every name first so a failing DROP of several objects drops none.
+    let mut to_drop = Vec::new();
+    for name in &names {
+        let name = relation_name(name)?;
+        match catalog.get(&name) {
+            None if if_exists => continue,
+            None => return Err(EddyError::undefined_table(&name)),
+            Some(rel) if rel.kind != kind => {
+                return Err(EddyError::new(
+                    sqlstate::WRONG_OBJECT_TYPE,
+                    format!("\"{name}\" is not a {}", kind.sql_name()),
+                ));
+            }
+            Some(rel) => to_drop.push(rel),
+        }
+    }
+    for rel in to_drop {
+        catalog.drop_relation(&rel.name)?;
+        if rel.kind == RelationKind::Table {
+            let table = session.engine.schema_provider.state_table_for(&rel)?;
+            table.truncate()?;
+            session.engine.schema_provider.forget(rel.id);
+        }
+    }
+    Ok(Outcome::command(tag))
+}

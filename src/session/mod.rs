@@ -1,0 +1,476 @@
+//! Sessions: what one client connection can do, independent of the wire protocol.
+//!
+//! The [`Engine`] is shared by every connection: storage, catalog and the DataFusion
+//! context that plans and runs batch SQL. A [`Session`] belongs to one connection and
+//! holds its variables. The server turns wire messages into calls to
+//! [`Session::execute_sql`] (simple protocol) or [`Session::prepare`] and
+//! [`Session::execute_prepared`] (extended protocol), and turns [`Outcome`]s back into
+//! wire messages.
+
+mod copy;
+mod ddl;
+mod functions;
+mod pg_semantics;
+mod show;
+pub mod users;
+pub mod vars;
+
+use crate::catalog::schema_provider::CatalogSchemaProvider;
+use crate::catalog::{Catalog, DATABASE_NAME, DEFAULT_SCHEMA};
+use crate::config::Config;
+use crate::error::{EddyError, Result, sqlstate};
+use crate::state::StateStore;
+use arrow::array::RecordBatch;
+use arrow::datatypes::{DataType, Field, Schema, SchemaRef};
+use datafusion::common::{ParamValues, ScalarValue};
+use datafusion::execution::context::{SQLOptions, SessionConfig, SessionContext};
+use datafusion::logical_expr::{LogicalPlan, WriteOp};
+use datafusion::sql::parser::Statement as DFStatement;
+use datafusion::sql::sqlparser::ast::{self, Statement};
+use datafusion_pg_catalog::sql::PostgresCompatibilityParser;
+use parking_lot::Mutex;
+use std::sync::Arc;
+use vars::SessionVars;
+
+/// What executing one statement produced.
+#[derive(Debug)]
+pub enum Outcome {
+    /// A result set.
+    Rows {
+        schema: SchemaRef,
+        batches: Vec<RecordBatch>,
+    },
+    /// A command that returns no rows; the tag is the full command tag (`INSERT 0 3`).
+    Command(String),
+    TransactionStart(String),
+    TransactionEnd(String),
+    /// `COPY ... FROM STDIN` started: the client now sends rows with this many fields.
+    CopyIn {
+        columns: usize,
+    },
+    Empty,
+}
+
+impl Outcome {
+    fn command(tag: impl Into<String>) -> Self {
+        Outcome::Command(tag.into())
+    }
+}
+
+/// A statement parsed (and, where DataFusion runs it, planned) once for the extended
+/// protocol, then executed any number of times with parameters.
+#[derive(Debug, Clone)]
+pub struct Prepared {
+    pub sql: String,
+    /// `None` for an empty query.
+    pub statement: Option<Statement>,
+    /// The DataFusion plan, with `$n` placeholders, for queries and DML.
+    pub plan: Option<LogicalPlan>,
+    /// The Arrow type of each `$n`, where it could be inferred.
+    pub param_types: Vec<Option<DataType>>,
+    /// Columns of the result, `None` when the statement returns no rows.
+    pub result_schema: Option<SchemaRef>,
+    /// A user-management statement, which sqlparser does not parse.
+    pub user_statement: Option<crate::sql::UserStatement>,
+}
+
+/// Everything shared by all sessions.
+pub struct Engine {
+    pub config: Config,
+    pub store: Arc<StateStore>,
+    pub catalog: Arc<Catalog>,
+    pub schema_provider: Arc<CatalogSchemaProvider>,
+    pub(crate) ctx: SessionContext,
+    parser: PostgresCompatibilityParser,
+}
+
+impl Engine {
+    pub fn open(config: Config) -> Result<Arc<Self>> {
+        let store = Arc::new(StateStore::open(&config.data_dir.join("state"))?);
+        let catalog = Arc::new(Catalog::load(store.clone())?);
+        let schema_provider = Arc::new(CatalogSchemaProvider::new(catalog.clone(), store.clone()));
+
+        let session_config = SessionConfig::new()
+            .with_default_catalog_and_schema(DATABASE_NAME, DEFAULT_SCHEMA)
+            .with_create_default_catalog_and_schema(true)
+            .with_information_schema(true)
+            .set_str("datafusion.sql_parser.dialect", "PostgreSQL");
+        let ctx = SessionContext::new_with_config(session_config);
+        ctx.catalog(DATABASE_NAME)
+            .expect("default catalog exists")
+            .register_schema(DEFAULT_SCHEMA, schema_provider.clone())
+            .map_err(EddyError::from)?;
+        schema_provider.set_planner(Arc::downgrade(&ctx.state_ref()));
+        datafusion_pg_catalog::setup_pg_catalog(
+            &ctx,
+            DATABASE_NAME,
+            datafusion_pg_catalog::pg_catalog::context::EmptyContextProvider,
+        )
+        .map_err(|e| EddyError::from(*e))?;
+        functions::register(&ctx);
+
+        Ok(Arc::new(Self {
+            config,
+            store,
+            catalog,
+            schema_provider,
+            ctx,
+            parser: PostgresCompatibilityParser::new(),
+        }))
+    }
+
+    pub fn parse(&self, sql: &str) -> Result<Vec<Statement>> {
+        self.parser
+            .parse(sql)
+            .map_err(|e| EddyError::syntax(e.to_string().replace("sql parser error: ", "")))
+    }
+}
+
+/// One client connection's state.
+pub struct Session {
+    engine: Arc<Engine>,
+    user: String,
+    vars: Mutex<SessionVars>,
+    /// The `COPY FROM STDIN` in progress, if any.
+    copy: Mutex<Option<copy::CopyIn>>,
+}
+
+impl Session {
+    pub fn new(engine: Arc<Engine>, user: String) -> Self {
+        Self {
+            engine,
+            user,
+            vars: Mutex::new(SessionVars::default()),
+            copy: Mutex::new(None),
+        }
+    }
+
+    pub fn engine(&self) -> &Arc<Engine> {
+        &self.engine
+    }
+
+    pub fn user(&self) -> &str {
+        &self.user
+    }
+
+    pub fn var(&self, name: &str) -> Result<String> {
+        self.vars.lock().get(name)
+    }
+
+    /// Takes one `CopyData` payload of the `COPY FROM STDIN` in progress. A bad row is
+    /// remembered and reported when the client ends the copy, as the protocol expects the
+    /// client to finish sending first.
+    pub fn copy_data(&self, data: &[u8]) {
+        if let Some(c) = self.copy.lock().as_mut() {
+            c.push(data);
+        }
+    }
+
+    /// Ends the `COPY FROM STDIN` in progress; returns the number of rows copied.
+    pub fn copy_done(&self) -> Result<u64> {
+        let copy = self.copy.lock().take();
+        match copy {
+            Some(c) => c.finish(),
+            None => Err(EddyError::new(
+                sqlstate::PROTOCOL_VIOLATION,
+                "no COPY in progress",
+            )),
+        }
+    }
+
+    /// Abandons the `COPY FROM STDIN` in progress (rows already flushed stay).
+    pub fn copy_fail(&self) {
+        self.copy.lock().take();
+    }
+
+    /// Runs every statement of a simple-protocol query string, stopping at the first error.
+    pub async fn execute_sql(&self, sql: &str) -> Vec<Result<Outcome>> {
+        if let Some(user_stmt) = crate::sql::parse_user_statement(sql) {
+            return vec![user_stmt.and_then(|s| users::execute(self, s))];
+        }
+        let statements = match self.engine.parse(sql) {
+            Ok(s) => s,
+            Err(e) => return vec![Err(e)],
+        };
+        if statements.is_empty() {
+            return vec![Ok(Outcome::Empty)];
+        }
+        let mut out = Vec::with_capacity(statements.len());
+        for stmt in statements {
+            let result = self.execute_statement(stmt).await;
+            let failed = result.is_err();
+            out.push(result);
+            if failed {
+                break;
+            }
+        }
+        out
+    }
+
+    /// Parses and plans one statement for the extended protocol.
+    pub async fn prepare(&self, sql: &str) -> Result<Prepared> {
+        if let Some(user_stmt) = crate::sql::parse_user_statement(sql) {
+            return Ok(Prepared {
+                sql: sql.to_string(),
+                statement: None,
+                plan: None,
+                param_types: vec![],
+                result_schema: None,
+                user_statement: Some(user_stmt?),
+            });
+        }
+        let mut statements = self.engine.parse(sql)?;
+        if statements.len() > 1 {
+            return Err(EddyError::syntax(
+                "cannot insert multiple commands into a prepared statement",
+            ));
+        }
+        let Some(statement) = statements.pop() else {
+            return Ok(Prepared {
+                sql: sql.to_string(),
+                statement: None,
+                plan: None,
+                param_types: vec![],
+                result_schema: None,
+                user_statement: None,
+            });
+        };
+        let (plan, param_types, result_schema) = if runs_in_datafusion(&statement) {
+            let plan = self.plan(statement.clone()).await?;
+            let types = plan.get_parameter_types().map_err(EddyError::from)?;
+            let mut param_types = vec![None; types.len()];
+            for (name, ty) in types {
+                if let Some(idx) = name.strip_prefix('$').and_then(|n| n.parse::<usize>().ok())
+                    && idx >= 1
+                {
+                    if idx > param_types.len() {
+                        param_types.resize(idx, None);
+                    }
+                    param_types[idx - 1] = ty;
+                }
+            }
+            let schema = match &plan {
+                LogicalPlan::Dml(_) => None,
+                p => Some(Arc::new(p.schema().as_arrow().clone())),
+            };
+            (Some(plan), param_types, schema)
+        } else {
+            (None, vec![], show::result_schema(&statement))
+        };
+        Ok(Prepared {
+            sql: sql.to_string(),
+            statement: Some(statement),
+            plan,
+            param_types,
+            result_schema,
+            user_statement: None,
+        })
+    }
+
+    /// Executes a prepared statement with bound parameter values.
+    pub async fn execute_prepared(
+        &self,
+        prepared: &Prepared,
+        params: Vec<ScalarValue>,
+    ) -> Result<Outcome> {
+        if let Some(user_stmt) = &prepared.user_statement {
+            return users::execute(self, user_stmt.clone());
+        }
+        let Some(statement) = &prepared.statement else {
+            return Ok(Outcome::Empty);
+        };
+        match &prepared.plan {
+            Some(plan) => {
+                let plan = if params.is_empty() && prepared.param_types.is_empty() {
+                    plan.clone()
+                } else {
+                    plan.clone()
+                        .with_param_values(ParamValues::from(params))
+                        .map_err(EddyError::from)?
+                };
+                self.run_plan(plan).await
+            }
+            None => {
+                if !params.is_empty() {
+                    return Err(EddyError::new(
+                        sqlstate::PROTOCOL_VIOLATION,
+                        "this statement does not take parameters",
+                    ));
+                }
+                self.execute_statement(statement.clone()).await
+            }
+        }
+    }
+
+    async fn execute_statement(&self, stmt: Statement) -> Result<Outcome> {
+        match stmt {
+            Statement::CreateTable(create) => ddl::create_table(self, create).await,
+            Statement::CreateView(view) => ddl::create_view(self, view).await,
+            Statement::Drop {
+                object_type,
+                if_exists,
+                names,
+                cascade,
+                ..
+            } => ddl::drop(self, object_type, if_exists, names, cascade).await,
+            Statement::Set(set) => self.set(set),
+            Statement::Copy {
+                source,
+                to,
+                target,
+                options,
+                legacy_options,
+                ..
+            } => copy::start(self, source, to, target, options, legacy_options),
+            Statement::ShowVariable { variable } => show::show_variable(self, &variable),
+            Statement::ShowTables { .. } => show::show_tables(self),
+            Statement::ExplainTable { table_name, .. } => show::describe(self, &table_name),
+            Statement::StartTransaction { .. } => Ok(Outcome::TransactionStart("BEGIN".into())),
+            Statement::Commit { .. } => Ok(Outcome::TransactionEnd("COMMIT".into())),
+            Statement::Rollback { .. } => Ok(Outcome::TransactionEnd("ROLLBACK".into())),
+            Statement::Discard { .. } => {
+                self.vars.lock().reset_all();
+                Ok(Outcome::command("DISCARD ALL"))
+            }
+            stmt if runs_in_datafusion(&stmt) => {
+                let plan = self.plan(stmt).await?;
+                self.run_plan(plan).await
+            }
+            other => Err(EddyError::not_supported(format!(
+                "statement not supported: {}",
+                first_words(&other.to_string())
+            ))),
+        }
+    }
+
+    /// Plans a query or DML statement with DataFusion. DDL never reaches DataFusion: Eddy
+    /// owns the catalog.
+    async fn plan(&self, stmt: Statement) -> Result<LogicalPlan> {
+        let state = self.engine.ctx.state();
+        let plan = state
+            .statement_to_plan(DFStatement::Statement(Box::new(stmt)))
+            .await?;
+        let plan = pg_semantics::rewrite(plan)?;
+        SQLOptions::new()
+            .with_allow_ddl(false)
+            .with_allow_statements(false)
+            .verify_plan(&plan)?;
+        Ok(plan)
+    }
+
+    async fn run_plan(&self, plan: LogicalPlan) -> Result<Outcome> {
+        let dml = match &plan {
+            LogicalPlan::Dml(d) => Some(d.op.clone()),
+            _ => None,
+        };
+        let df = self.engine.ctx.execute_logical_plan(plan).await?;
+        let schema: SchemaRef = Arc::new(df.schema().as_arrow().clone());
+        let batches = df.collect().await?;
+        match dml {
+            None => Ok(Outcome::Rows { schema, batches }),
+            Some(op) => {
+                let count = dml_count(&batches);
+                let tag = match op {
+                    WriteOp::Insert(_) => format!("INSERT 0 {count}"),
+                    WriteOp::Update => format!("UPDATE {count}"),
+                    WriteOp::Delete => format!("DELETE {count}"),
+                    WriteOp::Truncate => "TRUNCATE TABLE".to_string(),
+                    WriteOp::Ctas => format!("SELECT {count}"),
+                    other => format!("{other} {count}"),
+                };
+                Ok(Outcome::Command(tag))
+            }
+        }
+    }
+
+    fn set(&self, set: ast::Set) -> Result<Outcome> {
+        match set {
+            ast::Set::SingleAssignment {
+                variable, values, ..
+            } => {
+                let name = variable.to_string();
+                let value = values
+                    .iter()
+                    .map(set_value_text)
+                    .collect::<Vec<_>>()
+                    .join(", ");
+                if value.eq_ignore_ascii_case("default") {
+                    self.vars.lock().reset(&name)?;
+                } else {
+                    self.vars.lock().set(&name, &value)?;
+                }
+                Ok(Outcome::command("SET"))
+            }
+            ast::Set::SetTimeZone { value, .. } => {
+                self.vars.lock().set("TimeZone", &set_value_text(&value))?;
+                Ok(Outcome::command("SET"))
+            }
+            ast::Set::SetNames { charset_name, .. } => {
+                self.vars
+                    .lock()
+                    .set("client_encoding", &charset_name.to_string())?;
+                Ok(Outcome::command("SET"))
+            }
+            ast::Set::SetTransaction { .. } => Ok(Outcome::command("SET")),
+            other => Err(EddyError::not_supported(format!(
+                "{other} is not supported"
+            ))),
+        }
+    }
+}
+
+/// Statements whose planning and execution DataFusion does.
+fn runs_in_datafusion(stmt: &Statement) -> bool {
+    matches!(
+        stmt,
+        Statement::Query(_)
+            | Statement::Insert(_)
+            | Statement::Update(_)
+            | Statement::Delete(_)
+            | Statement::Explain { .. }
+            | Statement::Truncate(_)
+    )
+}
+
+fn dml_count(batches: &[RecordBatch]) -> u64 {
+    batches
+        .iter()
+        .filter(|b| b.num_columns() > 0 && b.num_rows() > 0)
+        .filter_map(|b| {
+            b.column(0)
+                .as_any()
+                .downcast_ref::<arrow::array::UInt64Array>()
+                .map(|a| a.iter().flatten().sum::<u64>())
+        })
+        .sum()
+}
+
+/// The text of a `SET` value: quoted strings lose their quotes, identifiers keep their
+/// spelling, numbers stay as written.
+fn set_value_text(expr: &ast::Expr) -> String {
+    match expr {
+        ast::Expr::Value(v) => match &v.value {
+            ast::Value::SingleQuotedString(s) | ast::Value::DoubleQuotedString(s) => s.clone(),
+            other => other.to_string(),
+        },
+        ast::Expr::Identifier(ident) => ident.value.clone(),
+        other => other.to_string(),
+    }
+}
+
+fn first_words(sql: &str) -> String {
+    sql.split_whitespace().take(3).collect::<Vec<_>>().join(" ")
+}
+
+/// A one-column text result, for `SHOW` and friends.
+pub(crate) fn text_rows(column: &str, values: Vec<String>) -> Result<Outcome> {
+    let schema = Arc::new(Schema::new(vec![Field::new(column, DataType::Utf8, true)]));
+    let batch = RecordBatch::try_new(
+        schema.clone(),
+        vec![Arc::new(arrow::array::StringArray::from(values))],
+    )?;
+    Ok(Outcome::Rows {
+        schema,
+        batches: vec![batch],
+    })
+}

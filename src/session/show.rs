@@ -1,0 +1,151 @@
+//! `SHOW`, `SHOW TABLES` and `DESCRIBE`.
+
+use super::ddl::relation_name;
+use super::{Outcome, Session, text_rows};
+use crate::catalog::RelationKind;
+use crate::error::{EddyError, Result};
+use arrow::array::{RecordBatch, StringArray};
+use arrow::datatypes::{DataType, Field, Schema, SchemaRef};
+use datafusion::sql::sqlparser::ast::{Ident, ObjectName, Statement};
+use std::sync::Arc;
+
+/// The result columns of the statements answered here, known before they run (the
+/// extended protocol describes a statement before executing it).
+pub(super) fn result_schema(stmt: &Statement) -> Option<SchemaRef> {
+    let utf8 = |names: &[&str]| {
+        Some(Arc::new(Schema::new(
+            names
+                .iter()
+                .map(|n| Field::new(*n, DataType::Utf8, true))
+                .collect::<Vec<_>>(),
+        )))
+    };
+    match stmt {
+        Statement::ShowVariable { variable } => {
+            if is_show_all(variable) {
+                utf8(&["name", "setting", "description"])
+            } else {
+                utf8(&[&variable_name(variable)])
+            }
+        }
+        Statement::ShowTables { .. } => utf8(&["Name"]),
+        Statement::ExplainTable { .. } => utf8(&DESCRIBE_COLUMNS),
+        _ => None,
+    }
+}
+
+const DESCRIBE_COLUMNS: [&str; 4] = ["Name", "Type", "Is Hidden", "Description"];
+
+fn is_show_all(variable: &[Ident]) -> bool {
+    variable.len() == 1 && variable[0].value.eq_ignore_ascii_case("all")
+}
+
+fn variable_name(variable: &[Ident]) -> String {
+    variable
+        .iter()
+        .map(|i| i.value.clone())
+        .collect::<Vec<_>>()
+        .join(" ")
+}
+
+pub(super) fn show_variable(session: &Session, variable: &[Ident]) -> Result<Outcome> {
+    if is_show_all(variable) {
+        let all = session.vars.lock().all();
+        let schema = result_schema(&Statement::ShowVariable {
+            variable: variable.to_vec(),
+        })
+        .expect("SHOW has a result schema");
+        let batch = RecordBatch::try_new(
+            schema.clone(),
+            vec![
+                Arc::new(StringArray::from_iter_values(
+                    all.iter().map(|a| a.0.as_str()),
+                )),
+                Arc::new(StringArray::from_iter_values(
+                    all.iter().map(|a| a.1.as_str()),
+                )),
+                Arc::new(StringArray::from_iter_values(
+                    all.iter().map(|a| a.2.as_str()),
+                )),
+            ],
+        )?;
+        return Ok(Outcome::Rows {
+            schema,
+            batches: vec![batch],
+        });
+    }
+    let name = variable_name(variable);
+    let value = session.vars.lock().get(&name)?;
+    // PostgreSQL names the column after the variable as the user wrote it.
+    let column = if variable.len() == 1 {
+        variable[0].value.clone()
+    } else {
+        session.vars.lock().display_name(&name)
+    };
+    text_rows(&column, vec![value])
+}
+
+pub(super) fn show_tables(session: &Session) -> Result<Outcome> {
+    let names = session
+        .engine
+        .catalog
+        .relations()
+        .into_iter()
+        .filter(|r| r.kind == RelationKind::Table)
+        .map(|r| r.name)
+        .collect();
+    text_rows("Name", names)
+}
+
+pub(super) fn describe(session: &Session, name: &ObjectName) -> Result<Outcome> {
+    let name = relation_name(name)?;
+    let rel = session
+        .engine
+        .catalog
+        .get(&name)
+        .ok_or_else(|| EddyError::undefined_table(&name))?;
+    let mut rows: Vec<[String; 4]> = rel
+        .columns
+        .iter()
+        .map(|c| {
+            [
+                c.name.clone(),
+                c.sql_type.pg_name(),
+                "false".to_string(),
+                String::new(),
+            ]
+        })
+        .collect();
+    if !rel.primary_key.is_empty() {
+        let pk = rel
+            .primary_key
+            .iter()
+            .map(|i| rel.columns[*i].name.clone())
+            .collect::<Vec<_>>()
+            .join(", ");
+        rows.push(["primary key".into(), pk, String::new(), String::new()]);
+    }
+    let schema = result_schema(&Statement::ExplainTable {
+        describe_alias: datafusion::sql::sqlparser::ast::DescribeAlias::Describe,
+        hive_format: None,
+        has_table_keyword: false,
+        table_name: ObjectName::from(vec![Ident::new(name)]),
+    })
+    .expect("DESCRIBE has a result schema");
+    let columns = (0..4)
+        .map(|i| {
+            Arc::new(StringArray::from_iter(rows.iter().map(|r| {
+                if i >= 2 && r[i].is_empty() {
+                    None
+                } else {
+                    Some(r[i].clone())
+                }
+            }))) as _
+        })
+        .collect();
+    let batch = RecordBatch::try_new(schema.clone(), columns)?;
+    Ok(Outcome::Rows {
+        schema,
+        batches: vec![batch],
+    })
+}

@@ -1,0 +1,184 @@
+//! Eddy's own statements, recognised before the query goes to sqlparser.
+//!
+//! sqlparser reads `CREATE USER` in Snowflake's form; PostgreSQL's
+//! `CREATE USER name WITH PASSWORD '...'` is parsed here instead.
+
+use crate::error::{EddyError, Result};
+use datafusion::sql::sqlparser::dialect::PostgreSqlDialect;
+use datafusion::sql::sqlparser::tokenizer::{Token, Tokenizer};
+
+#[derive(Debug, Clone, PartialEq)]
+pub enum UserStatement {
+    Create {
+        name: String,
+        password: Option<String>,
+        superuser: bool,
+    },
+    Alter {
+        name: String,
+        password: Option<Option<String>>,
+        superuser: Option<bool>,
+    },
+    Drop {
+        names: Vec<String>,
+        if_exists: bool,
+    },
+}
+
+/// Parses `CREATE|ALTER|DROP USER|ROLE ...` if that is what `sql` holds (one statement).
+pub fn parse_user_statement(sql: &str) -> Option<Result<UserStatement>> {
+    let tokens: Vec<Token> = Tokenizer::new(&PostgreSqlDialect {}, sql)
+        .tokenize()
+        .ok()?
+        .into_iter()
+        .filter(|t| !matches!(t, Token::Whitespace(_)))
+        .collect();
+    let mut tokens: Vec<Token> = tokens;
+    while matches!(tokens.last(), Some(Token::SemiColon)) {
+        tokens.pop();
+    }
+    let word = |t: &Token| match t {
+        Token::Word(w) => Some(w.value.to_ascii_uppercase()),
+        _ => None,
+    };
+    let verb = word(tokens.first()?)?;
+    let noun = word(tokens.get(1)?)?;
+    if !matches!(verb.as_str(), "CREATE" | "ALTER" | "DROP")
+        || !matches!(noun.as_str(), "USER" | "ROLE")
+    {
+        return None;
+    }
+    if tokens.contains(&Token::SemiColon) {
+        return Some(Err(EddyError::not_supported(
+            "send user statements one at a time, not with other statements",
+        )));
+    }
+    Some(parse_tokens(&verb, &tokens[2..]))
+}
+
+fn name_of(t: Option<&Token>) -> Result<String> {
+    match t {
+        Some(Token::Word(w)) if w.quote_style.is_some() => Ok(w.value.clone()),
+        Some(Token::Word(w)) => Ok(w.value.to_lowercase()),
+        other => Err(EddyError::syntax(format!(
+            "expected a user name, found {}",
+            other
+                .map(|t| t.to_string())
+                .unwrap_or_else(|| "end of input".into())
+        ))),
+    }
+}
+
+fn parse_tokens(verb: &str, rest: &[Token]) -> Result<UserStatement> {
+    if verb == "DROP" {
+        let mut i = 0;
+        let mut if_exists = false;
+        if rest.len() >= 2
+            && matches!(&rest[0], Token::Word(w) if w.value.eq_ignore_ascii_case("if"))
+            && matches!(&rest[1], Token::Word(w) if w.value.eq_ignore_ascii_case("exists"))
+        {
+            if_exists = true;
+            i = 2;
+        }
+        let mut names = Vec::new();
+        loop {
+            names.push(name_of(rest.get(i))?);
+            i += 1;
+            match rest.get(i) {
+                Some(Token::Comma) => i += 1,
+                None => break,
+                Some(t) => return Err(EddyError::syntax(format!("unexpected {t} in DROP USER"))),
+            }
+        }
+        return Ok(UserStatement::Drop { names, if_exists });
+    }
+    let name = name_of(rest.first())?;
+    let mut password: Option<Option<String>> = None;
+    let mut superuser: Option<bool> = None;
+    let mut i = 1;
+    while i < rest.len() {
+        let Token::Word(w) = &rest[i] else {
+            return Err(EddyError::syntax(format!(
+                "unexpected {} in {verb} USER",
+                rest[i]
+            )));
+        };
+        match w.value.to_ascii_uppercase().as_str() {
+            "WITH" | "LOGIN" | "NOLOGIN" | "INHERIT" | "NOINHERIT" | "CREATEDB" | "NOCREATEDB" => {}
+            "SUPERUSER" => superuser = Some(true),
+            "NOSUPERUSER" => superuser = Some(false),
+            "ENCRYPTED" => {}
+            "PASSWORD" => {
+                i += 1;
+                password = Some(match rest.get(i) {
+                    Some(Token::SingleQuotedString(s)) => Some(s.clone()),
+                    Some(Token::Word(w)) if w.value.eq_ignore_ascii_case("null") => None,
+                    _ => {
+                        return Err(EddyError::syntax(
+                            "PASSWORD must be followed by a string or NULL",
+                        ));
+                    }
+                });
+            }
+            other => {
+                return Err(EddyError::not_supported(format!(
+                    "user option {other} is not supported"
+                )));
+            }
+        }
+        i += 1;
+    }
+    Ok(if verb == "CREATE" {
+        UserStatement::Create {
+            name,
+            password: password.flatten(),
+            superuser: superuser.unwrap_or(false),
+        }
+    } else {
+        UserStatement::Alter {
+            name,
+            password,
+            superuser,
+        }
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn parses_postgres_user_statements() {
+        assert_eq!(
+            parse_user_statement("CREATE USER Alice WITH PASSWORD 'p''w';")
+                .unwrap()
+                .unwrap(),
+            UserStatement::Create {
+                name: "alice".into(),
+                password: Some("p'w".into()),
+                superuser: false
+            }
+        );
+        assert_eq!(
+            parse_user_statement("alter user bob with password 'x' superuser")
+                .unwrap()
+                .unwrap(),
+            UserStatement::Alter {
+                name: "bob".into(),
+                password: Some(Some("x".into())),
+                superuser: Some(true)
+            }
+        );
+        assert_eq!(
+            parse_user_statement("DROP USER IF EXISTS a, \"B\"")
+                .unwrap()
+                .unwrap(),
+            UserStatement::Drop {
+                names: vec!["a".into(), "B".into()],
+                if_exists: true
+            }
+        );
+        assert!(parse_user_statement("SELECT 1").is_none());
+        assert!(parse_user_statement("CREATE USER").unwrap().is_err());
+    }
+}

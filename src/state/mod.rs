@@ -1,0 +1,15 @@
+//! Keyed state over one RocksDB instance.
+//!
+//! Every piece of state — table rows, the catalog, later operator state — lives in a
+//! [`StateTable`] identified by a table id. Keys are laid out as
+//! `table_id (4 bytes BE) | key_group (2 bytes BE) | memcomparable key`, so one table's rows
+//! are one contiguous key range and one key group of one table is a contiguous sub-range:
+//! the unit that rescaling moves between subtasks.
+
+pub mod keys;
+pub mod state_table;
+pub mod store;
+
+pub use keys::{KeyGroup, MAX_PARALLELISM, key_group_of, stable_hash};
+pub use state_table::StateTable;
+pub use store::StateStore;

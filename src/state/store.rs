@@ -1,0 +1,125 @@
+//! The one RocksDB instance under the data dir that holds all state.
+
+use crate::error::Result;
+use parking_lot::Mutex;
+use rocksdb::{DB, Direction, IteratorMode, Options, ReadOptions, WriteBatch};
+use std::path::Path;
+
+/// Table ids below this are reserved for Eddy's own bookkeeping.
+pub const FIRST_USER_TABLE_ID: u32 = 1000;
+/// The system table holding counters such as the hidden row id sequence.
+pub const SYSTEM_TABLE_ID: u32 = 1;
+
+const ROW_ID_SEQUENCE_KEY: &[u8] = b"\x00\x00\x00\x01\x00\x00seq/row_id";
+
+/// Shared handle to the RocksDB instance.
+pub struct StateStore {
+    db: DB,
+    /// Serialises allocation of hidden row ids with the write that records the new high
+    /// mark, so a restart never hands out an id twice.
+    row_id_lock: Mutex<u64>,
+}
+
+impl StateStore {
+    pub fn open(path: &Path) -> Result<Self> {
+        std::fs::create_dir_all(path)?;
+        let mut opts = Options::default();
+        opts.create_if_missing(true);
+        opts.set_compression_type(rocksdb::DBCompressionType::Lz4);
+        opts.increase_parallelism(2);
+        let db = DB::open(&opts, path)?;
+        let next_row_id = match db.get(ROW_ID_SEQUENCE_KEY)? {
+            Some(v) if v.len() == 8 => u64::from_be_bytes(v[..8].try_into().unwrap()),
+            _ => 1,
+        };
+        Ok(Self {
+            db,
+            row_id_lock: Mutex::new(next_row_id),
+        })
+    }
+
+    pub fn get(&self, key: &[u8]) -> Result<Option<Vec<u8>>> {
+        Ok(self.db.get(key)?)
+    }
+
+    /// Applies a batch atomically. The write goes through RocksDB's WAL, so it survives
+    /// the process being killed once this returns.
+    pub fn write(&self, batch: WriteBatch) -> Result<()> {
+        self.db.write(batch)?;
+        Ok(())
+    }
+
+    /// Allocates `count` consecutive hidden row ids and applies `fill(first_id, batch)`
+    /// together with the new high mark in one atomic write.
+    pub fn write_with_row_ids(
+        &self,
+        count: u64,
+        fill: impl FnOnce(u64, &mut WriteBatch) -> Result<()>,
+    ) -> Result<()> {
+        let mut next = self.row_id_lock.lock();
+        let first = *next;
+        let mut batch = WriteBatch::default();
+        fill(first, &mut batch)?;
+        batch.put(ROW_ID_SEQUENCE_KEY, (first + count).to_be_bytes());
+        self.db.write(batch)?;
+        *next = first + count;
+        Ok(())
+    }
+
+    /// Visits every key-value pair whose key starts with `prefix`, in key order.
+    pub fn scan_prefix(
+        &self,
+        prefix: &[u8],
+        mut visit: impl FnMut(&[u8], &[u8]) -> Result<()>,
+    ) -> Result<()> {
+        let mut opts = ReadOptions::default();
+        let mut upper = prefix.to_vec();
+        if increment_bytes(&mut upper) {
+            opts.set_iterate_upper_bound(upper);
+        }
+        let iter = self
+            .db
+            .iterator_opt(IteratorMode::From(prefix, Direction::Forward), opts);
+        for item in iter {
+            let (k, v) = item?;
+            if !k.starts_with(prefix) {
+                break;
+            }
+            visit(&k, &v)?;
+        }
+        Ok(())
+    }
+
+    /// Deletes every key starting with `prefix` (dropping a table).
+    pub fn delete_prefix(&self, prefix: &[u8]) -> Result<()> {
+        let mut end = prefix.to_vec();
+        let mut batch = WriteBatch::default();
+        if increment_bytes(&mut end) {
+            batch.delete_range(prefix, &end);
+        } else {
+            let mut keys = Vec::new();
+            self.scan_prefix(prefix, |k, _| {
+                keys.push(k.to_vec());
+                Ok(())
+            })?;
+            for k in keys {
+                batch.delete(k);
+            }
+        }
+        self.write(batch)
+    }
+}
+
+/// Turns `bytes` into the smallest byte string greater than every string it prefixes.
+/// Returns false when there is none (all bytes 0xff).
+fn increment_bytes(bytes: &mut Vec<u8>) -> bool {
+    while let Some(last) = bytes.last_mut() {
+        if *last == 0xff {
+            bytes.pop();
+        } else {
+            *last += 1;
+            return true;
+        }
+    }
+    false
+}

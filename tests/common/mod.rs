@@ -1,0 +1,144 @@
+//! Starting and stopping a real `eddy` server for a test.
+
+use std::net::{SocketAddr, TcpListener, TcpStream};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+/// A running `eddy` process with its own data dir. Killed when dropped.
+pub struct TestServer {
+    child: Option<Child>,
+    pub addr: SocketAddr,
+    data_dir: PathBuf,
+    /// Keeps the temporary directory alive for as long as the server may use it.
+    _temp: Option<tempfile::TempDir>,
+}
+
+fn free_port() -> u16 {
+    TcpListener::bind("127.0.0.1:0")
+        .expect("bind an ephemeral port")
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
+impl TestServer {
+    /// Starts a server on a free port with a new temporary data dir.
+    pub fn start() -> Self {
+        Self::start_with_args(&[])
+    }
+
+    /// Starts a server with extra command-line flags and a new temporary data dir.
+    pub fn start_with_args(args: &[&str]) -> Self {
+        let temp = tempfile::tempdir().expect("create temp dir");
+        let data_dir = temp.path().join("data");
+        let mut server = Self::start_in_with_args(&data_dir, args);
+        server._temp = Some(temp);
+        server
+    }
+
+    /// Starts a server over an existing data dir (to test what survives a restart).
+    pub fn start_in(data_dir: &Path) -> Self {
+        Self::start_in_with_args(data_dir, &[])
+    }
+
+    pub fn start_in_with_args(data_dir: &Path, args: &[&str]) -> Self {
+        let port = free_port();
+        let addr: SocketAddr = format!("127.0.0.1:{port}").parse().unwrap();
+        let log = std::fs::File::create(data_dir.with_extension(format!("{port}.log")))
+            .expect("create server log");
+        let child = Command::new(env!("CARGO_BIN_EXE_eddy"))
+            .arg("--listen")
+            .arg(addr.to_string())
+            .arg("--data-dir")
+            .arg(data_dir)
+            .arg("--workers")
+            .arg("2")
+            .args(args)
+            .env("RUST_LOG", "warn")
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(log)
+            .spawn()
+            .expect("start eddy");
+        let mut server = Self {
+            child: Some(child),
+            addr,
+            data_dir: data_dir.to_path_buf(),
+            _temp: None,
+        };
+        server.wait_until_listening();
+        server
+    }
+
+    fn wait_until_listening(&mut self) {
+        let deadline = Instant::now() + Duration::from_secs(60);
+        while Instant::now() < deadline {
+            if TcpStream::connect(self.addr).is_ok() {
+                return;
+            }
+            if let Some(status) = self.child.as_mut().unwrap().try_wait().unwrap() {
+                panic!(
+                    "eddy exited during startup with {status}; see its log next to {}",
+                    self.data_dir.display()
+                );
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        panic!("eddy did not start listening on {} within 60 s", self.addr);
+    }
+
+    /// A connection string for tokio-postgres.
+    pub fn conn_string(&self) -> String {
+        format!(
+            "host={} port={} user=root dbname=dev",
+            self.addr.ip(),
+            self.addr.port()
+        )
+    }
+
+    pub async fn connect(&self) -> tokio_postgres::Client {
+        let (client, connection) =
+            tokio_postgres::connect(&self.conn_string(), tokio_postgres::NoTls)
+                .await
+                .expect("connect to eddy");
+        tokio::spawn(async move {
+            let _ = connection.await;
+        });
+        client
+    }
+
+    /// Kills the process the hard way (SIGKILL): nothing gets to flush or clean up.
+    pub fn kill(&mut self) {
+        if let Some(mut child) = self.child.take() {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+    }
+
+    /// Asks the server to shut down with SIGTERM and waits for it to exit.
+    pub fn terminate(&mut self) -> std::process::ExitStatus {
+        let mut child = self.child.take().expect("server is running");
+        let _ = Command::new("kill")
+            .arg("-TERM")
+            .arg(child.id().to_string())
+            .status();
+        let deadline = Instant::now() + Duration::from_secs(30);
+        loop {
+            if let Some(status) = child.try_wait().unwrap() {
+                return status;
+            }
+            if Instant::now() > deadline {
+                let _ = child.kill();
+                panic!("eddy did not exit within 30 s of SIGTERM");
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    }
+}
+
+impl Drop for TestServer {
+    fn drop(&mut self) {
+        self.kill();
+    }
+}

@@ -1,0 +1,90 @@
+//! What a client was told is done stays done: across a clean restart and a SIGKILL.
+
+use crate::common::TestServer;
+
+async fn rows(client: &tokio_postgres::Client, sql: &str) -> Vec<String> {
+    client
+        .simple_query(sql)
+        .await
+        .expect("query succeeds")
+        .into_iter()
+        .filter_map(|m| match m {
+            tokio_postgres::SimpleQueryMessage::Row(r) => Some(
+                (0..r.len())
+                    .map(|i| r.get(i).unwrap_or("NULL").to_string())
+                    .collect::<Vec<_>>()
+                    .join(","),
+            ),
+            _ => None,
+        })
+        .collect()
+}
+
+#[tokio::test]
+async fn committed_rows_and_catalog_survive_sigkill() {
+    let temp = tempfile::tempdir().unwrap();
+    let data_dir = temp.path().join("data");
+    let mut server = TestServer::start_in(&data_dir);
+    {
+        let client = server.connect().await;
+        client
+            .batch_execute(
+                "CREATE TABLE accounts (id INT PRIMARY KEY, owner VARCHAR NOT NULL, balance NUMERIC(12,2));
+                 CREATE TABLE events (kind TEXT, at TIMESTAMP);
+                 INSERT INTO accounts VALUES (1, 'ann', 10.50), (2, 'bob', 20), (3, 'cy', 0);
+                 INSERT INTO events VALUES ('open', '2024-01-01 10:00:00'), ('open', '2024-01-01 10:00:00');
+                 UPDATE accounts SET balance = balance + 1 WHERE id = 2;
+                 DELETE FROM accounts WHERE id = 3;
+                 INSERT INTO accounts VALUES (1, 'ann', 99.99);
+                 CREATE VIEW rich AS SELECT owner FROM accounts WHERE balance > 50;",
+            )
+            .await
+            .expect("setup statements succeed");
+    }
+    // No shutdown, no flush: the process is gone the moment the statements returned.
+    server.kill();
+
+    let server = TestServer::start_in(&data_dir);
+    let client = server.connect().await;
+    assert_eq!(
+        rows(
+            &client,
+            "SELECT id, owner, balance FROM accounts ORDER BY id"
+        )
+        .await,
+        vec!["1,ann,99.99", "2,bob,21.00"]
+    );
+    assert_eq!(
+        rows(&client, "SELECT count(*) FROM events").await,
+        vec!["2"]
+    );
+    assert_eq!(rows(&client, "SELECT * FROM rich").await, vec!["ann"]);
+    // New rows without a primary key get fresh hidden ids, never reusing old ones.
+    client
+        .simple_query("INSERT INTO events VALUES ('close', '2024-01-02 00:00:00')")
+        .await
+        .unwrap();
+    assert_eq!(
+        rows(&client, "SELECT count(*) FROM events").await,
+        vec!["3"]
+    );
+}
+
+#[tokio::test]
+async fn sigterm_shuts_down_cleanly_and_data_remains() {
+    let temp = tempfile::tempdir().unwrap();
+    let data_dir = temp.path().join("data");
+    let mut server = TestServer::start_in(&data_dir);
+    {
+        let client = server.connect().await;
+        client
+            .batch_execute("CREATE TABLE t (a INT); INSERT INTO t VALUES (1), (2);")
+            .await
+            .unwrap();
+    }
+    let status = server.terminate();
+    assert!(status.success(), "eddy exited with {status} on SIGTERM");
+    let server = TestServer::start_in(&data_dir);
+    let client = server.connect().await;
+    assert_eq!(rows(&client, "SELECT sum(a) FROM t").await, vec!["3"]);
+}

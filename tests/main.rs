@@ -1,0 +1,10 @@
+//! Eddy's integration tests, in one binary so DataFusion is linked once.
+//!
+//! Every test talks to a real `eddy` server process over the PostgreSQL wire protocol,
+//! with its data in a fresh temporary directory.
+
+mod auth;
+mod common;
+mod durability;
+mod protocol;
+mod slt;
