@@ -1,13 +1,16 @@
 #!/usr/bin/env bash
 # Installs what building and testing Eddy needs from the system, if it is missing:
-# libclang (the rocksdb crate generates its bindings with it) and the psql client.
-# Safe to run again: it does nothing when everything is present.
+# libclang (the rocksdb crate generates its bindings with it), the psql client, a JDK and
+# the PostgreSQL JDBC driver (client tests). Safe to run again: it does nothing when
+# everything is present.
 set -euo pipefail
 
 need=()
 dpkg -s libclang-dev >/dev/null 2>&1 || need+=(libclang-dev)
 command -v psql >/dev/null 2>&1 || need+=(postgresql-client)
 command -v clang >/dev/null 2>&1 || need+=(clang)
+command -v javac >/dev/null 2>&1 || need+=(default-jdk-headless)
+[[ -f /usr/share/java/postgresql.jar ]] || need+=(libpostgresql-jdbc-java)
 
 if ((${#need[@]})); then
   echo "setup: installing ${need[*]}"

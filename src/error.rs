@@ -125,7 +125,9 @@ impl EddyError {
                 ),
             );
         }
-        let code = if lower.contains("divide by zero") || lower.contains("division by zero") {
+        let code = if lower.contains("invalid function") {
+            sqlstate::UNDEFINED_FUNCTION
+        } else if lower.contains("divide by zero") || lower.contains("division by zero") {
             sqlstate::DIVISION_BY_ZERO
         } else if lower.contains("overflow") || lower.contains("out of range") {
             sqlstate::NUMERIC_VALUE_OUT_OF_RANGE

@@ -4,7 +4,9 @@
 //! with its data in a fresh temporary directory.
 
 mod auth;
+mod clients;
 mod common;
 mod durability;
 mod protocol;
+mod psql;
 mod slt;

@@ -197,6 +197,29 @@ impl SqlType {
         }
     }
 
+    /// The type's internal name (`pg_type.typname`), which PostgreSQL also uses to name
+    /// the result column of a cast: `SELECT 1::integer` has a column `int4`.
+    pub fn internal_name(&self) -> &'static str {
+        match self {
+            SqlType::Boolean => "bool",
+            SqlType::SmallInt => "int2",
+            SqlType::Int => "int4",
+            SqlType::BigInt => "int8",
+            SqlType::Real => "float4",
+            SqlType::Double => "float8",
+            SqlType::Numeric { .. } => "numeric",
+            SqlType::Varchar(_) => "varchar",
+            SqlType::Text => "text",
+            SqlType::Date => "date",
+            SqlType::Time => "time",
+            SqlType::Timestamp => "timestamp",
+            SqlType::Timestamptz => "timestamptz",
+            SqlType::Interval => "interval",
+            SqlType::Bytea => "bytea",
+            SqlType::Jsonb => "jsonb",
+        }
+    }
+
     /// The closest column type for an Arrow type, used for the columns of views, whose
     /// types come from a query rather than a declaration.
     pub fn from_arrow(field: &Field) -> SqlType {

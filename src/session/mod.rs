@@ -7,6 +7,7 @@
 //! [`Session::execute_prepared`] (extended protocol), and turns [`Outcome`]s back into
 //! wire messages.
 
+mod column_names;
 mod copy;
 mod ddl;
 mod functions;
@@ -251,7 +252,13 @@ impl Session {
             }
             let schema = match &plan {
                 LogicalPlan::Dml(_) => None,
-                p => Some(Arc::new(p.schema().as_arrow().clone())),
+                p => {
+                    let schema: SchemaRef = Arc::new(p.schema().as_arrow().clone());
+                    Some(match column_names::postgres_names(&statement) {
+                        Some(names) => column_names::rename(&schema, &names),
+                        None => schema,
+                    })
+                }
             };
             (Some(plan), param_types, schema)
         } else {
@@ -288,7 +295,8 @@ impl Session {
                         .with_param_values(ParamValues::from(params))
                         .map_err(EddyError::from)?
                 };
-                self.run_plan(plan).await
+                let outcome = self.run_plan(plan).await?;
+                Ok(with_postgres_names(outcome, statement))
             }
             None => {
                 if !params.is_empty() {
@@ -333,8 +341,9 @@ impl Session {
                 Ok(Outcome::command("DISCARD ALL"))
             }
             stmt if runs_in_datafusion(&stmt) => {
-                let plan = self.plan(stmt).await?;
-                self.run_plan(plan).await
+                let plan = self.plan(stmt.clone()).await?;
+                let outcome = self.run_plan(plan).await?;
+                Ok(with_postgres_names(outcome, &stmt))
             }
             other => Err(EddyError::not_supported(format!(
                 "statement not supported: {}",
@@ -416,6 +425,17 @@ impl Session {
                 "{other} is not supported"
             ))),
         }
+    }
+}
+
+/// Renames result columns the way PostgreSQL names them.
+fn with_postgres_names(outcome: Outcome, stmt: &Statement) -> Outcome {
+    match (outcome, column_names::postgres_names(stmt)) {
+        (Outcome::Rows { schema, batches }, Some(names)) => Outcome::Rows {
+            schema: column_names::rename(&schema, &names),
+            batches,
+        },
+        (outcome, _) => outcome,
     }
 }
 
