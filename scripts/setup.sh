@@ -8,7 +8,6 @@ set -euo pipefail
 need=()
 dpkg -s libclang-dev >/dev/null 2>&1 || need+=(libclang-dev)
 command -v psql >/dev/null 2>&1 || need+=(postgresql-client)
-command -v clang >/dev/null 2>&1 || need+=(clang)
 command -v javac >/dev/null 2>&1 || need+=(default-jdk-headless)
 [[ -f /usr/share/java/postgresql.jar ]] || need+=(libpostgresql-jdbc-java)
 

@@ -59,13 +59,11 @@ fn asyncpg_client() {
 }
 
 #[test]
-#[ignore = "pg_catalog gaps: SQLAlchemy's get_columns needs json_build_object and pg_constraint rows for primary keys (issue #2 note)"]
 fn sqlalchemy_inspect_and_pandas() {
     python_client("sqlalchemy_client.py");
 }
 
 #[test]
-#[ignore = "pg_catalog gaps: DatabaseMetaData.getPrimaryKeys needs information_schema._pg_expandarray and pg_index rows (issue #2 note)"]
 fn jdbc_client() {
     let jar = Path::new("/usr/share/java/postgresql.jar");
     assert!(

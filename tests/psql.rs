@@ -16,6 +16,11 @@ const META_COMMANDS: &[(&str, &str)] = &[
     ("l", "\\l"),
     ("dn", "\\dn"),
     ("df", "\\df"),
+    ("di", "\\di"),
+    ("d_table", "\\d accounts"),
+    ("d_plus_table", "\\d+ accounts"),
+    ("d_view", "\\d rich"),
+    ("d_plus_view", "\\d+ rich"),
 ];
 
 fn psql(server: &TestServer, command: &str) -> (bool, String) {
@@ -51,7 +56,8 @@ fn psql_meta_commands_match_golden_output() {
     let server = TestServer::start();
     let (ok, out) = psql(
         &server,
-        "CREATE TABLE accounts (id INT PRIMARY KEY, owner VARCHAR NOT NULL, balance DOUBLE PRECISION); \
+        "CREATE TABLE accounts (id INT, region TEXT, owner VARCHAR(20) NOT NULL, balance NUMERIC(10,2), \
+           score DOUBLE PRECISION, doc JSONB, PRIMARY KEY (id, region)); \
          CREATE VIEW rich AS SELECT owner FROM accounts WHERE balance > 100;",
     );
     assert!(ok, "fixture setup failed: {out}");

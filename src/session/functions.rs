@@ -3,7 +3,9 @@
 use arrow::datatypes::DataType;
 use datafusion::common::ScalarValue;
 use datafusion::execution::context::SessionContext;
-use datafusion::logical_expr::{ColumnarValue, Volatility, create_udf};
+use datafusion::logical_expr::{
+    ColumnarValue, ScalarFunctionArgs, ScalarUDF, ScalarUDFImpl, Signature, Volatility, create_udf,
+};
 use std::sync::Arc;
 
 /// What `SELECT version()` answers. Clients such as SQLAlchemy parse the leading
@@ -40,29 +42,57 @@ pub fn register(ctx: &SessionContext) {
             ))))
         }),
     ));
-    ctx.register_udf(null_text(
-        "pg_get_serial_sequence",
-        vec![DataType::Utf8, DataType::Utf8],
-    ));
     for name in [
+        "pg_get_serial_sequence",
         "pg_get_function_result",
         "pg_get_function_arguments",
         "pg_get_function_identity_arguments",
+        "col_description",
+        "obj_description",
+        "shobj_description",
     ] {
-        ctx.register_udf(null_text(name, vec![DataType::Int64]));
+        ctx.register_udf(null_text(name));
+    }
+    ctx.register_udf(ScalarUDF::new_from_impl(JsonBuildObject {
+        signature: Signature::variadic_any(Volatility::Stable),
+    }));
+}
+
+/// A function that answers NULL text whatever its arguments: Eddy has no sequences,
+/// user-defined functions or comments, so `pg_get_serial_sequence`, the function-signature
+/// helpers and `col_description`/`obj_description` have nothing to report.
+#[derive(Debug, PartialEq, Eq, Hash)]
+struct NullText {
+    name: &'static str,
+    signature: Signature,
+}
+
+impl ScalarUDFImpl for NullText {
+    fn name(&self) -> &str {
+        self.name
+    }
+
+    fn signature(&self) -> &Signature {
+        &self.signature
+    }
+
+    fn return_type(&self, _args: &[DataType]) -> datafusion::common::Result<DataType> {
+        Ok(DataType::Utf8)
+    }
+
+    fn invoke_with_args(
+        &self,
+        _args: ScalarFunctionArgs,
+    ) -> datafusion::common::Result<ColumnarValue> {
+        Ok(ColumnarValue::Scalar(ScalarValue::Utf8(None)))
     }
 }
 
-/// A function that answers NULL text: Eddy has no sequences or user-defined functions, so
-/// `pg_get_serial_sequence` and the function-signature helpers have nothing to report.
-fn null_text(name: &str, args: Vec<DataType>) -> datafusion::logical_expr::ScalarUDF {
-    create_udf(
+fn null_text(name: &'static str) -> ScalarUDF {
+    ScalarUDF::new_from_impl(NullText {
         name,
-        args,
-        DataType::Utf8,
-        Volatility::Stable,
-        Arc::new(|_args: &[ColumnarValue]| Ok(ColumnarValue::Scalar(ScalarValue::Utf8(None)))),
-    )
+        signature: Signature::variadic_any(Volatility::Stable),
+    })
 }
 
 fn always_true(name: &str) -> datafusion::logical_expr::ScalarUDF {
@@ -89,4 +119,81 @@ fn constant_text(name: &str, value: &'static str) -> datafusion::logical_expr::S
             ))))
         }),
     )
+}
+
+/// `json_build_object(key, value, ...)`: a JSON object text from alternating keys and
+/// values (SQLAlchemy's column reflection asks for it).
+#[derive(Debug, PartialEq, Eq, Hash)]
+struct JsonBuildObject {
+    signature: Signature,
+}
+
+impl ScalarUDFImpl for JsonBuildObject {
+    fn name(&self) -> &str {
+        "json_build_object"
+    }
+
+    fn signature(&self) -> &Signature {
+        &self.signature
+    }
+
+    fn return_type(&self, _args: &[DataType]) -> datafusion::common::Result<DataType> {
+        Ok(DataType::Utf8)
+    }
+
+    fn invoke_with_args(
+        &self,
+        args: ScalarFunctionArgs,
+    ) -> datafusion::common::Result<ColumnarValue> {
+        if !args.args.len().is_multiple_of(2) {
+            return datafusion::common::plan_err!(
+                "json_build_object needs an even number of arguments"
+            );
+        }
+        let rows = args.number_rows;
+        let arrays = ColumnarValue::values_to_arrays(&args.args)?;
+        let mut out = arrow::array::StringBuilder::new();
+        for row in 0..rows {
+            let mut object = serde_json::Map::new();
+            for pair in arrays.chunks(2) {
+                let key = ScalarValue::try_from_array(&pair[0], row)?;
+                let value = ScalarValue::try_from_array(&pair[1], row)?;
+                object.insert(scalar_text(&key).unwrap_or_default(), scalar_json(&value));
+            }
+            out.append_value(serde_json::Value::Object(object).to_string());
+        }
+        Ok(ColumnarValue::Array(Arc::new(out.finish())))
+    }
+}
+
+fn scalar_text(v: &ScalarValue) -> Option<String> {
+    if v.is_null() {
+        return None;
+    }
+    Some(match v {
+        ScalarValue::Utf8(Some(s))
+        | ScalarValue::LargeUtf8(Some(s))
+        | ScalarValue::Utf8View(Some(s)) => s.clone(),
+        other => other.to_string(),
+    })
+}
+
+fn scalar_json(v: &ScalarValue) -> serde_json::Value {
+    use serde_json::Value;
+    if v.is_null() {
+        return Value::Null;
+    }
+    match v {
+        ScalarValue::Boolean(Some(b)) => Value::Bool(*b),
+        ScalarValue::Int8(Some(n)) => (*n).into(),
+        ScalarValue::Int16(Some(n)) => (*n).into(),
+        ScalarValue::Int32(Some(n)) => (*n).into(),
+        ScalarValue::Int64(Some(n)) => (*n).into(),
+        ScalarValue::UInt32(Some(n)) => (*n).into(),
+        ScalarValue::UInt64(Some(n)) => (*n).into(),
+        ScalarValue::Float64(Some(f)) => serde_json::Number::from_f64(*f)
+            .map(Value::Number)
+            .unwrap_or(Value::Null),
+        other => Value::String(scalar_text(other).unwrap_or_default()),
+    }
 }

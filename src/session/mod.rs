@@ -7,12 +7,14 @@
 //! [`Session::execute_prepared`] (extended protocol), and turns [`Outcome`]s back into
 //! wire messages.
 
+mod client_queries;
 mod column_names;
 mod copy;
 mod ddl;
 mod functions;
 mod pg_semantics;
 mod show;
+mod sql_rewrite;
 pub mod users;
 pub mod vars;
 
@@ -108,6 +110,7 @@ impl Engine {
             datafusion_pg_catalog::pg_catalog::context::EmptyContextProvider,
         )
         .map_err(|e| EddyError::from(*e))?;
+        crate::catalog::pg_catalog::EddyPgCatalog::install(&ctx, DATABASE_NAME, catalog.clone())?;
         functions::register(&ctx);
 
         Ok(Arc::new(Self {
@@ -121,9 +124,14 @@ impl Engine {
     }
 
     pub fn parse(&self, sql: &str) -> Result<Vec<Statement>> {
-        self.parser
+        let replaced = client_queries::replacement(sql);
+        let sql = replaced.as_deref().unwrap_or(sql);
+        let mut statements = self
+            .parser
             .parse(sql)
-            .map_err(|e| EddyError::syntax(e.to_string().replace("sql parser error: ", "")))
+            .map_err(|e| EddyError::syntax(e.to_string().replace("sql parser error: ", "")))?;
+        statements.iter_mut().for_each(sql_rewrite::rewrite);
+        Ok(statements)
     }
 }
 

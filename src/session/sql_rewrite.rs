@@ -1,0 +1,225 @@
+//! Rewrites of parsed SQL that DataFusion cannot plan as PostgreSQL writes it, applied
+//! before planning (after `datafusion-pg-catalog`'s own compatibility rewrites).
+//!
+//! - `ARRAY(SELECT f(x) FROM unnest(arr) x)` → `array_transform(arr, x -> f(x))`, and any
+//!   other `ARRAY(subquery)` → `(SELECT array_agg(expr) FROM ...)`. psql's `\d+` uses the
+//!   first form.
+//! - A scalar subquery over `pg_catalog` that is correlated but not aggregated, e.g.
+//!   `(SELECT typname FROM pg_type WHERE oid = atttypid)`: DataFusion only decorrelates
+//!   aggregated scalar subqueries, so the select item is wrapped in `first_value(...)`.
+//!   Catalog lookups like these return at most one row, so the answer is the same.
+//!   (SQLAlchemy's reflection queries are full of them.)
+//! - `unnest(indkey)` / `generate_subscripts(indkey, 1)`: `pg_index.indkey` is an
+//!   `int2vector` in PostgreSQL but text (`"1 2"`) in the catalog tables, so it is split
+//!   into a `smallint[]` first.
+
+use datafusion::sql::sqlparser::ast::{
+    Expr, FunctionArguments, GroupByExpr, ObjectName, Query, SelectItem, SetExpr, Statement,
+    TableFactor, VisitMut, VisitorMut,
+};
+use datafusion::sql::sqlparser::dialect::{DuckDbDialect, PostgreSqlDialect};
+use datafusion::sql::sqlparser::parser::Parser;
+use std::ops::ControlFlow;
+
+pub fn rewrite(statement: &mut Statement) {
+    let _ = statement.visit(&mut ArraySubquery);
+    let _ = statement.visit(&mut CatalogScalarSubquery);
+    let _ = statement.visit(&mut Int2VectorFunctions);
+}
+
+struct Int2VectorFunctions;
+
+impl VisitorMut for Int2VectorFunctions {
+    type Break = ();
+
+    fn post_visit_expr(&mut self, expr: &mut Expr) -> ControlFlow<()> {
+        let Expr::Function(f) = expr else {
+            return ControlFlow::Continue(());
+        };
+        let name = f.name.to_string().to_ascii_lowercase();
+        let name = name.trim_start_matches("pg_catalog.");
+        let FunctionArguments::List(list) = &f.args else {
+            return ControlFlow::Continue(());
+        };
+        let args: Vec<String> = list.args.iter().map(|a| a.to_string()).collect();
+        let is_int2vector = |a: &String| a.ends_with("indkey") || a.ends_with("indoption");
+        let text = match (name, args.as_slice()) {
+            ("unnest", [a]) if is_int2vector(a) => {
+                format!("unnest(CAST(string_to_array({a}, ' ') AS SMALLINT[]))")
+            }
+            ("generate_subscripts", [a, dim]) if is_int2vector(a) && dim == "1" => {
+                format!(
+                    "unnest(range(1, CAST(array_length(string_to_array({a}, ' ')) AS BIGINT) + 1))"
+                )
+            }
+            _ => return ControlFlow::Continue(()),
+        };
+        if let Some(replacement) = Parser::new(&PostgreSqlDialect {})
+            .try_with_sql(&text)
+            .ok()
+            .and_then(|mut p| p.parse_expr().ok())
+        {
+            *expr = replacement;
+        }
+        ControlFlow::Continue(())
+    }
+}
+
+struct CatalogScalarSubquery;
+
+const AGGREGATES: &[&str] = &[
+    "count",
+    "sum",
+    "min",
+    "max",
+    "avg",
+    "array_agg",
+    "string_agg",
+    "bool_and",
+    "bool_or",
+    "json_agg",
+    "first_value",
+    "last_value",
+];
+
+impl VisitorMut for CatalogScalarSubquery {
+    type Break = ();
+
+    fn post_visit_expr(&mut self, expr: &mut Expr) -> ControlFlow<()> {
+        let Expr::Subquery(query) = expr else {
+            return ControlFlow::Continue(());
+        };
+        let SetExpr::Select(select) = query.body.as_mut() else {
+            return ControlFlow::Continue(());
+        };
+        let reads_catalog = select.from.iter().any(|t| match &t.relation {
+            TableFactor::Table { name, .. } => {
+                name.0.len() == 2
+                    && name.0[0]
+                        .as_ident()
+                        .is_some_and(|i| i.value.eq_ignore_ascii_case("pg_catalog"))
+            }
+            _ => false,
+        });
+        let grouped = !matches!(&select.group_by, GroupByExpr::Expressions(e, _) if e.is_empty());
+        if !reads_catalog || grouped || select.distinct.is_some() || select.projection.len() != 1 {
+            return ControlFlow::Continue(());
+        }
+        let item = &mut select.projection[0];
+        let (SelectItem::UnnamedExpr(inner) | SelectItem::ExprWithAlias { expr: inner, .. }) = item
+        else {
+            return ControlFlow::Continue(());
+        };
+        if let Expr::Function(f) = inner
+            && AGGREGATES.contains(&f.name.to_string().to_ascii_lowercase().as_str())
+        {
+            return ControlFlow::Continue(());
+        }
+        if let Some(wrapped) = Parser::new(&PostgreSqlDialect {})
+            .try_with_sql(&format!("first_value({inner})"))
+            .ok()
+            .and_then(|mut p| p.parse_expr().ok())
+        {
+            *inner = wrapped;
+        }
+        ControlFlow::Continue(())
+    }
+}
+
+struct ArraySubquery;
+
+impl VisitorMut for ArraySubquery {
+    type Break = ();
+
+    fn post_visit_expr(&mut self, expr: &mut Expr) -> ControlFlow<()> {
+        if let Expr::Function(f) = expr
+            && f.name.to_string().eq_ignore_ascii_case("array")
+            && let FunctionArguments::Subquery(query) = &f.args
+            && let Some(replacement) = rewrite_array_subquery(query)
+        {
+            *expr = replacement;
+        }
+        ControlFlow::Continue(())
+    }
+}
+
+fn rewrite_array_subquery(query: &Query) -> Option<Expr> {
+    let SetExpr::Select(select) = query.body.as_ref() else {
+        return None;
+    };
+    let [item] = select.projection.as_slice() else {
+        return None;
+    };
+    let element = match item {
+        SelectItem::UnnamedExpr(e) | SelectItem::ExprWithAlias { expr: e, .. } => e,
+        _ => return None,
+    };
+    // `FROM unnest(arr) x` with nothing else: a per-element transform of `arr`.
+    if let [from] = select.from.as_slice()
+        && from.joins.is_empty()
+        && select.selection.is_none()
+        && let Some((arg, var)) = unnest_source(&from.relation)
+    {
+        let text = if matches!(element, Expr::Identifier(i) if i.value == var) {
+            arg
+        } else {
+            format!("array_transform({arg}, {var} -> {element})")
+        };
+        return Parser::new(&DuckDbDialect {})
+            .try_with_sql(&text)
+            .ok()?
+            .parse_expr()
+            .ok();
+    }
+    // Otherwise aggregate the subquery's rows into one array.
+    let mut aggregated = query.clone();
+    if let SetExpr::Select(select) = aggregated.body.as_mut() {
+        let agg = Parser::new(&PostgreSqlDialect {})
+            .try_with_sql(&format!("array_agg({element})"))
+            .ok()?
+            .parse_expr()
+            .ok()?;
+        select.projection = vec![SelectItem::UnnamedExpr(agg)];
+    }
+    Some(Expr::Subquery(Box::new(aggregated)))
+}
+
+/// For `unnest(arr) AS x` (in any of the forms sqlparser gives it), the array expression
+/// and the alias.
+fn unnest_source(relation: &TableFactor) -> Option<(String, String)> {
+    let is_unnest = |name: &ObjectName| {
+        name.0
+            .last()
+            .and_then(|p| p.as_ident())
+            .is_some_and(|i| i.value.eq_ignore_ascii_case("unnest"))
+    };
+    match relation {
+        TableFactor::Table {
+            name,
+            args: Some(args),
+            alias: Some(alias),
+            ..
+        } if is_unnest(name) => match args.args.as_slice() {
+            [arg] => Some((arg.to_string(), alias.name.value.clone())),
+            _ => None,
+        },
+        TableFactor::Function {
+            name,
+            args,
+            alias: Some(alias),
+            ..
+        } if is_unnest(name) => match args.as_slice() {
+            [arg] => Some((arg.to_string(), alias.name.value.clone())),
+            _ => None,
+        },
+        TableFactor::UNNEST {
+            array_exprs,
+            alias: Some(alias),
+            ..
+        } => match array_exprs.as_slice() {
+            [arg] => Some((arg.to_string(), alias.name.value.clone())),
+            _ => None,
+        },
+        _ => None,
+    }
+}
