@@ -88,3 +88,47 @@ async fn sigterm_shuts_down_cleanly_and_data_remains() {
     let client = server.connect().await;
     assert_eq!(rows(&client, "SELECT sum(a) FROM t").await, vec!["3"]);
 }
+
+#[tokio::test]
+async fn settings_come_from_a_config_file() {
+    let temp = tempfile::tempdir().unwrap();
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let config = temp.path().join("eddy.toml");
+    std::fs::write(
+        &config,
+        format!("listen = \"127.0.0.1:{port}\"\nworkers = 1\n"),
+    )
+    .unwrap();
+    // --listen on the command line wins over the file, so pass only --config here.
+    let mut child = std::process::Command::new(env!("CARGO_BIN_EXE_eddy"))
+        .arg("--config")
+        .arg(&config)
+        .arg("--data-dir")
+        .arg(temp.path().join("data"))
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
+    let conn = format!("host=127.0.0.1 port={port} user=root dbname=dev");
+    let client = loop {
+        match tokio_postgres::connect(&conn, tokio_postgres::NoTls).await {
+            Ok((client, connection)) => {
+                tokio::spawn(connection);
+                break client;
+            }
+            Err(_) if std::time::Instant::now() < deadline => {
+                tokio::time::sleep(std::time::Duration::from_millis(100)).await
+            }
+            Err(e) => panic!("eddy did not listen on the port from its config file: {e}"),
+        }
+    };
+    let row = client.query_one("SELECT 1::INT", &[]).await.unwrap();
+    assert_eq!(row.get::<_, i32>(0), 1);
+    let _ = child.kill();
+    let _ = child.wait();
+}

@@ -126,11 +126,13 @@ pub fn encode_rows(batches: &[RecordBatch], fields: &[FieldInfo]) -> Result<Vec<
             .iter()
             .map(|f| *f.datatype() == Type::JSONB)
             .collect();
+        // Logical nulls: a `NullArray` (`SELECT NULL`) has no validity buffer.
+        let nulls: Vec<_> = columns.iter().map(|c| c.logical_nulls()).collect();
         for row in 0..batch.num_rows() {
             for (c, column) in columns.iter().enumerate() {
                 let len_at = buf.len();
                 buf.put_i32(-1);
-                if column.is_null(row) {
+                if nulls[c].as_ref().is_some_and(|n| n.is_null(row)) {
                     continue;
                 }
                 if binary[c] {

@@ -26,7 +26,14 @@ fn names_of_set_expr(body: &SetExpr) -> Option<Vec<Option<String>>> {
             .iter()
             .map(|item| match item {
                 SelectItem::UnnamedExpr(e) => Some(name_of(e)),
-                SelectItem::ExprWithAlias { .. } | SelectItem::ExprWithAliases { .. } => Some(None),
+                SelectItem::ExprWithAlias { alias, .. } => Some(
+                    alias
+                        .value
+                        .strip_prefix(super::sql_rewrite::DUPLICATE_ALIAS_PREFIX)
+                        .and_then(|rest| rest.split_once("__"))
+                        .map(|(_, name)| name.to_string()),
+                ),
+                SelectItem::ExprWithAliases { .. } => Some(None),
                 _ => None,
             })
             .collect(),
@@ -34,6 +41,16 @@ fn names_of_set_expr(body: &SetExpr) -> Option<Vec<Option<String>>> {
         SetExpr::Query(q) => names_of_set_expr(&q.body),
         _ => None,
     }
+}
+
+/// The name PostgreSQL gives an unaliased select-list expression (`None`: the name it
+/// already has, a column's own name).
+pub fn pg_name_of(expr: &Expr) -> Option<String> {
+    name_of(expr).or_else(|| match expr {
+        Expr::Identifier(i) => Some(i.value.clone()),
+        Expr::CompoundIdentifier(parts) => parts.last().map(|p| p.value.clone()),
+        _ => None,
+    })
 }
 
 /// The name PostgreSQL gives an unaliased select-list expression, or `None` when the name

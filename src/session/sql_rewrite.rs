@@ -9,13 +9,18 @@
 //!   aggregated scalar subqueries, so the select item is wrapped in `first_value(...)`.
 //!   Catalog lookups like these return at most one row, so the answer is the same.
 //!   (SQLAlchemy's reflection queries are full of them.)
+//! - `LIKE pattern ESCAPE 'c'` with an escape character other than backslash (DataFusion
+//!   knows only backslash): a literal pattern is re-escaped with backslashes.
+//! - Duplicate output column names (`SELECT 1, 1` or `SELECT a, a`), which PostgreSQL
+//!   allows and DataFusion does not: later duplicates get an internal alias that
+//!   [`super::column_names`] turns back into the PostgreSQL name.
 //! - `unnest(indkey)` / `generate_subscripts(indkey, 1)`: `pg_index.indkey` is an
 //!   `int2vector` in PostgreSQL but text (`"1 2"`) in the catalog tables, so it is split
 //!   into a `smallint[]` first.
 
 use datafusion::sql::sqlparser::ast::{
-    Expr, FunctionArguments, GroupByExpr, ObjectName, Query, SelectItem, SetExpr, Statement,
-    TableFactor, VisitMut, VisitorMut,
+    Expr, FunctionArguments, GroupByExpr, Ident, ObjectName, Query, SelectItem, SetExpr, Statement,
+    TableFactor, Value, VisitMut, VisitorMut,
 };
 use datafusion::sql::sqlparser::dialect::{DuckDbDialect, PostgreSqlDialect};
 use datafusion::sql::sqlparser::parser::Parser;
@@ -25,6 +30,111 @@ pub fn rewrite(statement: &mut Statement) {
     let _ = statement.visit(&mut ArraySubquery);
     let _ = statement.visit(&mut CatalogScalarSubquery);
     let _ = statement.visit(&mut Int2VectorFunctions);
+    let _ = statement.visit(&mut LikeEscape);
+    if let Statement::Query(query) = statement {
+        alias_duplicate_columns(&mut query.body);
+    }
+}
+
+/// Prefix of the aliases given to duplicate output columns; the PostgreSQL name follows
+/// the last `__`.
+pub const DUPLICATE_ALIAS_PREFIX: &str = "__eddy_dup";
+
+fn alias_duplicate_columns(body: &mut SetExpr) {
+    let select = match body {
+        SetExpr::Select(select) => select,
+        SetExpr::SetOperation { left, .. } => return alias_duplicate_columns(left),
+        SetExpr::Query(q) => return alias_duplicate_columns(&mut q.body),
+        _ => return,
+    };
+    let mut seen: Vec<String> = Vec::new();
+    for (i, item) in select.projection.iter_mut().enumerate() {
+        let (expr, name) = match item {
+            SelectItem::UnnamedExpr(e) => {
+                let name = match &*e {
+                    Expr::Identifier(id) => id.value.clone(),
+                    Expr::CompoundIdentifier(parts) => {
+                        parts.last().map(|p| p.value.clone()).unwrap_or_default()
+                    }
+                    other => other.to_string(),
+                };
+                (e.clone(), name)
+            }
+            SelectItem::ExprWithAlias { expr, alias } => (expr.clone(), alias.value.clone()),
+            _ => return, // a `*` makes positions unknowable; leave the query alone
+        };
+        if seen.contains(&name) {
+            let pg_name = super::column_names::pg_name_of(&expr).unwrap_or_else(|| name.clone());
+            let pg_name = match item {
+                SelectItem::ExprWithAlias { alias, .. } => alias.value.clone(),
+                _ => pg_name,
+            };
+            *item = SelectItem::ExprWithAlias {
+                expr,
+                alias: Ident::with_quote('"', format!("{DUPLICATE_ALIAS_PREFIX}{i}__{pg_name}")),
+            };
+        } else {
+            seen.push(name);
+        }
+    }
+}
+
+struct LikeEscape;
+
+impl VisitorMut for LikeEscape {
+    type Break = ();
+
+    fn post_visit_expr(&mut self, expr: &mut Expr) -> ControlFlow<()> {
+        let (Expr::Like {
+            pattern,
+            escape_char,
+            ..
+        }
+        | Expr::ILike {
+            pattern,
+            escape_char,
+            ..
+        }) = expr
+        else {
+            return ControlFlow::Continue(());
+        };
+        let Some(escape) = escape_char
+            .as_ref()
+            .and_then(|e| e.value.clone().into_string())
+        else {
+            return ControlFlow::Continue(());
+        };
+        let Expr::Value(v) = pattern.as_ref() else {
+            return ControlFlow::Continue(());
+        };
+        let Some(text) = v.value.clone().into_string() else {
+            return ControlFlow::Continue(());
+        };
+        let mut chars = escape.chars();
+        let (Some(esc), None) = (chars.next(), chars.next()) else {
+            return ControlFlow::Continue(());
+        };
+        if esc == '\\' {
+            return ControlFlow::Continue(());
+        }
+        let mut out = String::with_capacity(text.len());
+        let mut it = text.chars();
+        while let Some(c) = it.next() {
+            if c == esc {
+                if let Some(next) = it.next() {
+                    out.push('\\');
+                    out.push(next);
+                }
+            } else if c == '\\' {
+                out.push_str("\\\\");
+            } else {
+                out.push(c);
+            }
+        }
+        **pattern = Expr::value(Value::SingleQuotedString(out));
+        *escape_char = None;
+        ControlFlow::Continue(())
+    }
 }
 
 struct Int2VectorFunctions;

@@ -74,11 +74,11 @@ pub(super) fn execute(session: &Session, stmt: UserStatement) -> Result<Outcome>
         }
         UserStatement::Drop { names, if_exists } => {
             for name in &names {
-                if catalog.user(name).is_none() && !if_exists {
-                    return Err(no_such_role(name));
-                }
                 if name == session.user() {
                     return Err(EddyError::new("55006", "current user cannot be dropped"));
+                }
+                if catalog.user(name).is_none() && !if_exists {
+                    return Err(no_such_role(name));
                 }
             }
             for name in &names {
