@@ -3,6 +3,7 @@
 
 pub mod catalog;
 pub mod config;
+pub mod connectors;
 pub mod error;
 pub mod server;
 pub mod serving;

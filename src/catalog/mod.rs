@@ -32,6 +32,8 @@ pub const DEFAULT_SCHEMA: &str = "public";
 pub enum RelationKind {
     Table,
     View,
+    /// A stream from a connector (`CREATE SOURCE`); read by streaming jobs, not by `SELECT`.
+    Source,
 }
 
 impl RelationKind {
@@ -39,8 +41,17 @@ impl RelationKind {
         match self {
             RelationKind::Table => "table",
             RelationKind::View => "view",
+            RelationKind::Source => "source",
         }
     }
+}
+
+/// `WATERMARK FOR column AS expression` of a source or table.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct WatermarkSpec {
+    pub column: String,
+    /// The expression's SQL, e.g. `ts - INTERVAL '5' SECOND`.
+    pub expression: String,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -62,6 +73,11 @@ pub struct Relation {
     pub definition: String,
     /// Ids of the relations this one reads from.
     pub depends_on: Vec<u32>,
+    /// Connector options of a source (`WITH (...)`), keys lower-cased.
+    #[serde(default)]
+    pub options: BTreeMap<String, String>,
+    #[serde(default)]
+    pub watermark: Option<WatermarkSpec>,
 }
 
 impl Relation {

@@ -105,6 +105,10 @@ impl SchemaProvider for CatalogSchemaProvider {
                     .map_err(EddyError::into_datafusion)?;
                 Ok(Some(Arc::new(StoredTable::new(table))))
             }
+            RelationKind::Source => Ok(Some(Arc::new(SourceRelation {
+                name: rel.name.clone(),
+                schema: rel.arrow_schema(),
+            }))),
             RelationKind::View => {
                 let columns = rel.columns.iter().map(|c| c.name.clone()).collect();
                 Ok(Some(self.view_table(&rel.definition, columns).await?))
@@ -114,5 +118,38 @@ impl SchemaProvider for CatalogSchemaProvider {
 
     fn table_exist(&self, name: &str) -> bool {
         self.catalog.get(name).is_some()
+    }
+}
+
+/// A source as DataFusion sees it: it has columns (catalog queries list them), but reading
+/// it with a batch `SELECT` is refused; streaming jobs read sources.
+#[derive(Debug)]
+struct SourceRelation {
+    name: String,
+    schema: arrow::datatypes::SchemaRef,
+}
+
+#[async_trait]
+impl TableProvider for SourceRelation {
+    fn schema(&self) -> arrow::datatypes::SchemaRef {
+        self.schema.clone()
+    }
+
+    fn table_type(&self) -> datafusion::datasource::TableType {
+        datafusion::datasource::TableType::Base
+    }
+
+    async fn scan(
+        &self,
+        _state: &dyn datafusion::catalog::Session,
+        _projection: Option<&Vec<usize>>,
+        _filters: &[datafusion::logical_expr::Expr],
+        _limit: Option<usize>,
+    ) -> DFResult<Arc<dyn datafusion::physical_plan::ExecutionPlan>> {
+        Err(EddyError::not_supported(format!(
+            "cannot SELECT from source \"{}\": a source is a stream; create a materialized view over it and query the view",
+            self.name
+        ))
+        .into_datafusion())
     }
 }

@@ -5,7 +5,8 @@ use crate::catalog::{Column, DEFAULT_SCHEMA, Relation, RelationKind, SqlType, ty
 use crate::error::{EddyError, Result, sqlstate};
 use datafusion::sql::parser::Statement as DFStatement;
 use datafusion::sql::sqlparser::ast::{
-    self, ColumnOption, CreateTable, CreateView, Ident, ObjectName, ObjectType, TableConstraint,
+    self, ColumnDef, ColumnOption, CreateTable, CreateView, Ident, ObjectName, ObjectType,
+    TableConstraint,
 };
 
 /// The name a user's identifier stands for: unquoted identifiers fold to lower case.
@@ -64,41 +65,7 @@ pub(super) async fn create_table(session: &Session, create: CreateTable) -> Resu
         return Err(EddyError::syntax("a table needs at least one column"));
     }
 
-    let mut columns: Vec<Column> = Vec::with_capacity(create.columns.len());
-    let mut primary_key: Vec<String> = Vec::new();
-    for def in &create.columns {
-        let col_name = ident_name(&def.name);
-        if columns.iter().any(|c| c.name == col_name) {
-            return Err(EddyError::new(
-                "42701",
-                format!("column \"{col_name}\" specified more than once"),
-            ));
-        }
-        let sql_type = SqlType::from_ast(&def.data_type)?;
-        let mut nullable = true;
-        for opt in &def.options {
-            match &opt.option {
-                ColumnOption::NotNull => nullable = false,
-                ColumnOption::Null => nullable = true,
-                ColumnOption::PrimaryKey(_) => {
-                    if !primary_key.is_empty() {
-                        return Err(multiple_primary_keys(&name));
-                    }
-                    primary_key.push(col_name.clone());
-                }
-                other => {
-                    return Err(EddyError::not_supported(format!(
-                        "column option {other} is not supported"
-                    )));
-                }
-            }
-        }
-        columns.push(Column {
-            name: col_name,
-            sql_type,
-            nullable,
-        });
-    }
+    let (mut columns, mut primary_key) = columns_from_defs(&name, &create.columns)?;
     for constraint in &create.constraints {
         match constraint {
             TableConstraint::PrimaryKey(pk) => {
@@ -150,9 +117,54 @@ pub(super) async fn create_table(session: &Session, create: CreateTable) -> Resu
         primary_key: pk_indices,
         definition: ast::Statement::CreateTable(create).to_string(),
         depends_on: vec![],
+        options: Default::default(),
+        watermark: None,
     };
     session.engine.catalog.create_relation(rel)?;
     Ok(Outcome::command("CREATE TABLE"))
+}
+
+/// Column definitions → columns, and the column named `PRIMARY KEY` inline (if any).
+pub(super) fn columns_from_defs(
+    table: &str,
+    defs: &[ColumnDef],
+) -> Result<(Vec<Column>, Vec<String>)> {
+    let mut columns: Vec<Column> = Vec::with_capacity(defs.len());
+    let mut primary_key: Vec<String> = Vec::new();
+    for def in defs {
+        let col_name = ident_name(&def.name);
+        if columns.iter().any(|c| c.name == col_name) {
+            return Err(EddyError::new(
+                "42701",
+                format!("column \"{col_name}\" specified more than once"),
+            ));
+        }
+        let sql_type = SqlType::from_ast(&def.data_type)?;
+        let mut nullable = true;
+        for opt in &def.options {
+            match &opt.option {
+                ColumnOption::NotNull => nullable = false,
+                ColumnOption::Null => nullable = true,
+                ColumnOption::PrimaryKey(_) => {
+                    if !primary_key.is_empty() {
+                        return Err(multiple_primary_keys(table));
+                    }
+                    primary_key.push(col_name.clone());
+                }
+                other => {
+                    return Err(EddyError::not_supported(format!(
+                        "column option {other} is not supported"
+                    )));
+                }
+            }
+        }
+        columns.push(Column {
+            name: col_name,
+            sql_type,
+            nullable,
+        });
+    }
+    Ok((columns, primary_key))
 }
 
 fn multiple_primary_keys(table: &str) -> EddyError {
@@ -238,6 +250,8 @@ pub(super) async fn create_view(session: &Session, view: CreateView) -> Result<O
         primary_key: vec![],
         definition: query_sql,
         depends_on,
+        options: Default::default(),
+        watermark: None,
     })?;
     Ok(Outcome::command("CREATE VIEW"))
 }

@@ -14,6 +14,7 @@ mod ddl;
 mod functions;
 mod pg_semantics;
 mod show;
+mod sources;
 mod sql_rewrite;
 pub mod users;
 pub mod vars;
@@ -73,8 +74,8 @@ pub struct Prepared {
     pub param_types: Vec<Option<DataType>>,
     /// Columns of the result, `None` when the statement returns no rows.
     pub result_schema: Option<SchemaRef>,
-    /// A user-management statement, which sqlparser does not parse.
-    pub user_statement: Option<crate::sql::UserStatement>,
+    /// One of Eddy's own statements, which sqlparser does not parse.
+    pub eddy_statement: Option<crate::sql::EddyStatement>,
 }
 
 /// Everything shared by all sessions.
@@ -194,8 +195,11 @@ impl Session {
 
     /// Runs every statement of a simple-protocol query string, stopping at the first error.
     pub async fn execute_sql(&self, sql: &str) -> Vec<Result<Outcome>> {
-        if let Some(user_stmt) = crate::sql::parse_user_statement(sql) {
-            return vec![user_stmt.and_then(|s| users::execute(self, s))];
+        if let Some(stmt) = crate::sql::parse_eddy_statement(sql) {
+            return vec![match stmt {
+                Ok(stmt) => self.execute_eddy_statement(stmt).await,
+                Err(e) => Err(e),
+            }];
         }
         let statements = match self.engine.parse(sql) {
             Ok(s) => s,
@@ -218,14 +222,14 @@ impl Session {
 
     /// Parses and plans one statement for the extended protocol.
     pub async fn prepare(&self, sql: &str) -> Result<Prepared> {
-        if let Some(user_stmt) = crate::sql::parse_user_statement(sql) {
+        if let Some(stmt) = crate::sql::parse_eddy_statement(sql) {
             return Ok(Prepared {
                 sql: sql.to_string(),
                 statement: None,
                 plan: None,
                 param_types: vec![],
                 result_schema: None,
-                user_statement: Some(user_stmt?),
+                eddy_statement: Some(stmt?),
             });
         }
         let mut statements = self.engine.parse(sql)?;
@@ -241,7 +245,7 @@ impl Session {
                 plan: None,
                 param_types: vec![],
                 result_schema: None,
-                user_statement: None,
+                eddy_statement: None,
             });
         };
         let (plan, param_types, result_schema) = if runs_in_datafusion(&statement) {
@@ -278,7 +282,7 @@ impl Session {
             plan,
             param_types,
             result_schema,
-            user_statement: None,
+            eddy_statement: None,
         })
     }
 
@@ -288,8 +292,8 @@ impl Session {
         prepared: &Prepared,
         params: Vec<ScalarValue>,
     ) -> Result<Outcome> {
-        if let Some(user_stmt) = &prepared.user_statement {
-            return users::execute(self, user_stmt.clone());
+        if let Some(stmt) = &prepared.eddy_statement {
+            return self.execute_eddy_statement(stmt.clone()).await;
         }
         let Some(statement) = &prepared.statement else {
             return Ok(Outcome::Empty);
@@ -314,6 +318,17 @@ impl Session {
                     ));
                 }
                 self.execute_statement(statement.clone()).await
+            }
+        }
+    }
+
+    async fn execute_eddy_statement(&self, stmt: crate::sql::EddyStatement) -> Result<Outcome> {
+        use crate::sql::EddyStatement;
+        match stmt {
+            EddyStatement::User(u) => users::execute(self, u),
+            EddyStatement::CreateSource(s) => sources::create_source(self, s),
+            EddyStatement::DropSource { names, if_exists } => {
+                sources::drop_sources(self, names, if_exists)
             }
         }
     }

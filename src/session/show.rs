@@ -22,7 +22,9 @@ pub(super) fn result_schema(stmt: &Statement) -> Option<SchemaRef> {
     };
     match stmt {
         Statement::ShowVariable { variable } => {
-            if is_show_all(variable) {
+            if variable_name(variable).eq_ignore_ascii_case("sources") {
+                utf8(&["Name"])
+            } else if is_show_all(variable) {
                 utf8(&["name", "setting", "description"])
             } else {
                 utf8(&[&variable_name(variable)])
@@ -75,6 +77,9 @@ pub(super) fn show_variable(session: &Session, variable: &[Ident]) -> Result<Out
         });
     }
     let name = variable_name(variable);
+    if name.eq_ignore_ascii_case("sources") {
+        return super::sources::show_sources(session);
+    }
     let value = session.vars.lock().get(&name)?;
     // PostgreSQL names the column after the variable as the user wrote it.
     let column = if variable.len() == 1 {

@@ -1,7 +1,31 @@
 //! Eddy's own statements, recognised before the query goes to sqlparser.
 //!
-//! sqlparser reads `CREATE USER` in Snowflake's form; PostgreSQL's
-//! `CREATE USER name WITH PASSWORD '...'` is parsed here instead.
+//! sqlparser reads `CREATE USER` in Snowflake's form (PostgreSQL's
+//! `CREATE USER name WITH PASSWORD '...'` is parsed here instead) and knows nothing of
+//! sources (`CREATE SOURCE`, `DROP SOURCE`, in [`source`]).
+
+pub mod source;
+
+pub use source::CreateSource;
+
+/// A statement sqlparser does not parse.
+#[derive(Debug, Clone, PartialEq)]
+pub enum EddyStatement {
+    User(UserStatement),
+    CreateSource(CreateSource),
+    DropSource { names: Vec<String>, if_exists: bool },
+}
+
+/// `Some` when `sql` is one of Eddy's own statements.
+pub fn parse_eddy_statement(sql: &str) -> Option<Result<EddyStatement>> {
+    if let Some(user) = parse_user_statement(sql) {
+        return Some(user.map(EddyStatement::User));
+    }
+    if let Some(source) = source::parse_create_source(sql) {
+        return Some(source.map(EddyStatement::CreateSource));
+    }
+    source::parse_drop_source(sql)
+}
 
 use crate::error::{EddyError, Result};
 use datafusion::sql::sqlparser::dialect::PostgreSqlDialect;

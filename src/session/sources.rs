@@ -1,0 +1,162 @@
+//! `CREATE SOURCE`, `DROP SOURCE`, `SHOW SOURCES`.
+//!
+//! Creating a source checks its columns, its watermark and its connector options, and
+//! records it in the catalog. Streaming jobs read sources; a plain `SELECT` does not
+//! (see [`crate::catalog::schema_provider`]).
+
+use super::ddl::columns_from_defs;
+use super::{Outcome, Session, text_rows};
+use crate::catalog::{Relation, RelationKind, WatermarkSpec};
+use crate::connectors::ConnectorSpec;
+use crate::error::{EddyError, Result, sqlstate};
+use crate::sql::CreateSource;
+use arrow::datatypes::DataType;
+use datafusion::sql::sqlparser::dialect::PostgreSqlDialect;
+use datafusion::sql::sqlparser::parser::Parser;
+
+pub(super) fn create_source(session: &Session, create: CreateSource) -> Result<Outcome> {
+    let catalog = &session.engine.catalog;
+    if catalog.get(&create.name).is_some() && create.if_not_exists {
+        return Ok(Outcome::Command("CREATE SOURCE".into()));
+    }
+    let (columns, primary_key) = columns_from_defs(&create.name, &create.columns)?;
+    if !primary_key.is_empty() {
+        return Err(EddyError::not_supported(
+            "a source cannot have a primary key",
+        ));
+    }
+    let mut rel = Relation {
+        id: 0,
+        name: create.name.clone(),
+        kind: RelationKind::Source,
+        columns,
+        primary_key: vec![],
+        definition: String::new(),
+        depends_on: vec![],
+        options: create.options.clone(),
+        watermark: None,
+    };
+    if let Some((column, expression)) = &create.watermark {
+        let field = rel
+            .columns
+            .iter()
+            .find(|c| &c.name == column)
+            .ok_or_else(|| {
+                EddyError::new(
+                    sqlstate::UNDEFINED_COLUMN,
+                    format!(
+                        "watermark column \"{column}\" is not a column of source \"{}\"",
+                        create.name
+                    ),
+                )
+            })?;
+        if !matches!(field.sql_type.to_arrow(), DataType::Timestamp(..)) {
+            return Err(EddyError::new(
+                sqlstate::DATATYPE_MISMATCH,
+                format!("watermark column \"{column}\" must be a timestamp or timestamptz"),
+            ));
+        }
+        Parser::new(&PostgreSqlDialect {})
+            .try_with_sql(expression)
+            .and_then(|mut p| p.parse_expr())
+            .map_err(|e| EddyError::syntax(format!("invalid watermark expression: {e}")))?;
+        rel.watermark = Some(WatermarkSpec {
+            column: column.clone(),
+            expression: expression.clone(),
+        });
+    }
+    if let Some((format, encode)) = &create.format {
+        if format != "plain" {
+            return Err(EddyError::not_supported(format!(
+                "FORMAT {format} is not supported; use FORMAT PLAIN"
+            )));
+        }
+        if !matches!(encode.as_str(), "json" | "csv") {
+            return Err(EddyError::not_supported(format!(
+                "ENCODE {encode} is not supported; use JSON or CSV"
+            )));
+        }
+        rel.options.insert("format".into(), format.clone());
+        rel.options.insert("encode".into(), encode.clone());
+        for (k, v) in &create.encode_options {
+            rel.options.insert(format!("encode.{k}"), v.clone());
+        }
+    }
+    // Validate the connector options against the schema now, not when a job starts.
+    let mut connector_options = create.options.clone();
+    connector_options.retain(|k, _| !k.starts_with("encode.") && k != "format" && k != "encode");
+    ConnectorSpec::from_options(&rel.arrow_schema(), &connector_options)?;
+    rel.definition = source_definition(&create);
+    catalog.create_relation(rel)?;
+    Ok(Outcome::Command("CREATE SOURCE".into()))
+}
+
+/// The statement as it would be written again (for `SHOW CREATE SOURCE` and the docs).
+fn source_definition(create: &CreateSource) -> String {
+    let mut items: Vec<String> = create.columns.iter().map(|c| c.to_string()).collect();
+    if let Some((column, expression)) = &create.watermark {
+        items.push(format!("WATERMARK FOR {column} AS {expression}"));
+    }
+    let options: Vec<String> = create
+        .options
+        .iter()
+        .map(|(k, v)| format!("{k} = '{}'", v.replace('\'', "''")))
+        .collect();
+    let mut sql = format!(
+        "CREATE SOURCE {} ({}) WITH ({})",
+        create.name,
+        items.join(", "),
+        options.join(", ")
+    );
+    if let Some((format, encode)) = &create.format {
+        sql.push_str(&format!(
+            " FORMAT {} ENCODE {}",
+            format.to_uppercase(),
+            encode.to_uppercase()
+        ));
+    }
+    sql
+}
+
+pub(super) fn drop_sources(
+    session: &Session,
+    names: Vec<String>,
+    if_exists: bool,
+) -> Result<Outcome> {
+    let catalog = &session.engine.catalog;
+    let mut to_drop = Vec::new();
+    for name in names {
+        match catalog.get(&name) {
+            None if if_exists => continue,
+            None => {
+                return Err(EddyError::new(
+                    sqlstate::UNDEFINED_OBJECT,
+                    format!("source \"{name}\" does not exist"),
+                ));
+            }
+            Some(rel) if rel.kind != RelationKind::Source => {
+                return Err(EddyError::new(
+                    sqlstate::WRONG_OBJECT_TYPE,
+                    format!("\"{name}\" is not a source"),
+                ));
+            }
+            Some(rel) => to_drop.push(rel),
+        }
+    }
+    for rel in to_drop {
+        catalog.drop_relation(&rel.name)?;
+    }
+    Ok(Outcome::Command("DROP SOURCE".into()))
+}
+
+pub(super) fn show_sources(session: &Session) -> Result<Outcome> {
+    let names = session
+        .engine
+        .catalog
+        .relations()
+        .into_iter()
+        .filter(|r| r.kind == RelationKind::Source)
+        .map(|r| r.name)
+        .collect();
+    text_rows("Name", names)
+}
