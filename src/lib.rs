@@ -10,3 +10,4 @@ pub mod serving;
 pub mod session;
 pub mod sql;
 pub mod state;
+pub mod stream;

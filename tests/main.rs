@@ -10,3 +10,4 @@ mod durability;
 mod protocol;
 mod psql;
 mod slt;
+mod streaming;

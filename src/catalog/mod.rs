@@ -5,6 +5,7 @@
 
 pub mod pg_catalog;
 pub mod schema_provider;
+pub mod system_tables;
 pub mod types;
 
 use crate::error::{EddyError, Result, sqlstate};
@@ -34,6 +35,8 @@ pub enum RelationKind {
     View,
     /// A stream from a connector (`CREATE SOURCE`); read by streaming jobs, not by `SELECT`.
     Source,
+    /// A continuously maintained query result (`CREATE MATERIALIZED VIEW`).
+    MaterializedView,
 }
 
 impl RelationKind {
@@ -42,6 +45,7 @@ impl RelationKind {
             RelationKind::Table => "table",
             RelationKind::View => "view",
             RelationKind::Source => "source",
+            RelationKind::MaterializedView => "materialized view",
         }
     }
 }

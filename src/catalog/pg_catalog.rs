@@ -155,12 +155,16 @@ async fn read_all(table: &Arc<dyn TableProvider>, state: &dyn Session) -> DFResu
 /// Eddy's relations with the oids the crate gave them in `pg_class`.
 struct UserRelations {
     namespace_oid: i32,
+    /// Namespaces left out of `pg_class` (Eddy's system tables), so psql's `\d` lists
+    /// what users created, as PostgreSQL does.
+    hidden_namespaces: Vec<i32>,
     by_oid: HashMap<i32, Relation>,
 }
 
 impl PatchedTable {
     async fn user_relations(&self, state: &dyn Session) -> DFResult<UserRelations> {
         let mut namespace_oid = 2200; // PostgreSQL's oid of `public`
+        let mut hidden_namespaces = Vec::new();
         if let Some(ns) = &self.pg_namespace {
             let batch = read_all(ns, state).await?;
             let oids = column_i32(&batch, "oid");
@@ -168,6 +172,8 @@ impl PatchedTable {
             for i in 0..batch.num_rows() {
                 if names.value(i) == "public" {
                     namespace_oid = oids.value(i);
+                } else if names.value(i) == super::system_tables::SYSTEM_SCHEMA {
+                    hidden_namespaces.push(oids.value(i));
                 }
             }
         }
@@ -191,6 +197,7 @@ impl PatchedTable {
             .extend(by_oid.iter().map(|(oid, rel)| (*oid, rel.id)));
         Ok(UserRelations {
             namespace_oid,
+            hidden_namespaces,
             by_oid,
         })
     }
@@ -211,6 +218,12 @@ impl PatchedTable {
                 let base = set_bool_where(base, "relhasindex", "oid", |oid| {
                     with_keys.iter().any(|(_, o)| *o == oid)
                 })?;
+                let base = set_relkind(base, &rels)?;
+                let namespaces = column_i32(&base, "relnamespace");
+                let shown: BooleanArray = (0..base.num_rows())
+                    .map(|i| Some(!rels.hidden_namespaces.contains(&namespaces.value(i))))
+                    .collect();
+                let base = arrow::compute::filter_record_batch(&base, &shown)?;
                 let mut rows = Vec::new();
                 for (rel, _) in &with_keys {
                     let mut row = HashMap::new();
@@ -404,6 +417,26 @@ fn zero_value(dt: &DataType) -> DFResult<ScalarValue> {
         DataType::Float64 => ScalarValue::Float64(Some(0.0)),
         other => ScalarValue::new_zero(other)?,
     })
+}
+
+/// Materialized views are relkind `m` (psql's `\dm`), sources `f` (like foreign tables:
+/// readable only by streaming jobs); the crate sees both as plain tables.
+fn set_relkind(batch: RecordBatch, rels: &UserRelations) -> DFResult<RecordBatch> {
+    let oids = column_i32(&batch, "oid");
+    let idx = batch.schema().index_of("relkind")?;
+    let old = batch.column(idx).as_string::<i32>();
+    let new: StringArray = (0..batch.num_rows())
+        .map(|i| {
+            Some(match rels.by_oid.get(&oids.value(i)).map(|r| r.kind) {
+                Some(RelationKind::MaterializedView) => "m",
+                Some(RelationKind::Source) => "f",
+                _ => old.value(i),
+            })
+        })
+        .collect();
+    let mut columns = batch.columns().to_vec();
+    columns[idx] = Arc::new(new);
+    Ok(RecordBatch::try_new(batch.schema(), columns)?)
 }
 
 /// Sets a boolean column to true on the rows whose `key` column matches.

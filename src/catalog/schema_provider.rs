@@ -105,6 +105,12 @@ impl SchemaProvider for CatalogSchemaProvider {
                     .map_err(EddyError::into_datafusion)?;
                 Ok(Some(Arc::new(StoredTable::new(table))))
             }
+            RelationKind::MaterializedView => {
+                let table = self
+                    .state_table_for(&rel)
+                    .map_err(EddyError::into_datafusion)?;
+                Ok(Some(Arc::new(StoredTable::read_only(table, &rel.name))))
+            }
             RelationKind::Source => Ok(Some(Arc::new(SourceRelation {
                 name: rel.name.clone(),
                 schema: rel.arrow_schema(),

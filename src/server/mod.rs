@@ -59,6 +59,9 @@ impl PgWireServerHandlers for EddyHandlers {
 pub async fn run(config: Config) -> anyhow::Result<()> {
     let engine = Engine::open(config.clone()).map_err(|e| anyhow::anyhow!("{e}"))?;
     bootstrap_root(&engine, &config)?;
+    crate::session::materialized_views::restart_all(&engine)
+        .await
+        .map_err(|e| anyhow::anyhow!("cannot restart materialized views: {e}"))?;
     let listener = TcpListener::bind(config.listen)
         .await
         .map_err(|e| anyhow::anyhow!("cannot listen on {}: {e}", config.listen))?;

@@ -25,6 +25,8 @@ use std::sync::Arc;
 #[derive(Debug)]
 pub struct StoredTable {
     table: Arc<StateTable>,
+    /// Set for materialized views: their rows are written by their job, never by DML.
+    read_only: Option<String>,
 }
 
 impl std::fmt::Debug for StateTable {
@@ -37,7 +39,29 @@ impl std::fmt::Debug for StateTable {
 
 impl StoredTable {
     pub fn new(table: Arc<StateTable>) -> Self {
-        Self { table }
+        Self {
+            table,
+            read_only: None,
+        }
+    }
+
+    /// A materialized view: readable, not writable.
+    pub fn read_only(table: Arc<StateTable>, name: &str) -> Self {
+        Self {
+            table,
+            read_only: Some(name.to_string()),
+        }
+    }
+
+    fn check_writable(&self) -> DFResult<()> {
+        match &self.read_only {
+            Some(name) => Err(EddyError::new(
+                crate::error::sqlstate::WRONG_OBJECT_TYPE,
+                format!("cannot change materialized view \"{name}\": its rows come from its query"),
+            )
+            .into_datafusion()),
+            None => Ok(()),
+        }
     }
 
     fn read_all(&self) -> DFResult<Vec<ScannedBatch>> {
@@ -135,6 +159,7 @@ impl TableProvider for StoredTable {
         input: Arc<dyn ExecutionPlan>,
         insert_op: InsertOp,
     ) -> DFResult<Arc<dyn ExecutionPlan>> {
+        self.check_writable()?;
         if insert_op != InsertOp::Append {
             return Err(
                 EddyError::not_supported(format!("INSERT {insert_op} is not supported"))
@@ -152,6 +177,7 @@ impl TableProvider for StoredTable {
         state: &dyn Session,
         filters: Vec<Expr>,
     ) -> DFResult<Arc<dyn ExecutionPlan>> {
+        self.check_writable()?;
         let df_schema = DFSchema::try_from(self.schema())?;
         let mut deleted = 0u64;
         for scanned in self.read_all()? {
@@ -176,6 +202,7 @@ impl TableProvider for StoredTable {
         assignments: Vec<(String, Expr)>,
         filters: Vec<Expr>,
     ) -> DFResult<Arc<dyn ExecutionPlan>> {
+        self.check_writable()?;
         let schema = self.schema();
         let df_schema = DFSchema::try_from(schema.clone())?;
         let mut assigned = Vec::with_capacity(schema.fields().len());
@@ -251,6 +278,7 @@ impl TableProvider for StoredTable {
     }
 
     async fn truncate(&self, _state: &dyn Session) -> DFResult<Arc<dyn ExecutionPlan>> {
+        self.check_writable()?;
         let count: usize = self.read_all()?.iter().map(|s| s.keys.len()).sum();
         self.table.truncate().map_err(EddyError::into_datafusion)?;
         count_result(count as u64)

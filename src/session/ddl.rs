@@ -175,11 +175,6 @@ fn multiple_primary_keys(table: &str) -> EddyError {
 }
 
 pub(super) async fn create_view(session: &Session, view: CreateView) -> Result<Outcome> {
-    if view.materialized {
-        return Err(EddyError::not_supported(
-            "CREATE MATERIALIZED VIEW is not supported yet: streaming jobs come with the streaming core",
-        ));
-    }
     let name = relation_name(&view.name)?;
     let catalog = &session.engine.catalog;
     if let Some(existing) = catalog.get(&name) {

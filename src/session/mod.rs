@@ -12,6 +12,7 @@ mod column_names;
 mod copy;
 mod ddl;
 mod functions;
+pub mod materialized_views;
 mod pg_semantics;
 mod show;
 mod sources;
@@ -84,6 +85,7 @@ pub struct Engine {
     pub store: Arc<StateStore>,
     pub catalog: Arc<Catalog>,
     pub schema_provider: Arc<CatalogSchemaProvider>,
+    pub jobs: Arc<crate::stream::job::JobRegistry>,
     pub(crate) ctx: SessionContext,
     parser: PostgresCompatibilityParser,
 }
@@ -105,6 +107,16 @@ impl Engine {
             .register_schema(DEFAULT_SCHEMA, schema_provider.clone())
             .map_err(EddyError::from)?;
         schema_provider.set_planner(Arc::downgrade(&ctx.state_ref()));
+        let jobs = Arc::new(crate::stream::job::JobRegistry::default());
+        ctx.catalog(DATABASE_NAME)
+            .expect("default catalog exists")
+            .register_schema(
+                crate::catalog::system_tables::SYSTEM_SCHEMA,
+                Arc::new(crate::catalog::system_tables::SystemSchema::new(
+                    jobs.clone(),
+                )),
+            )
+            .map_err(EddyError::from)?;
         datafusion_pg_catalog::setup_pg_catalog(
             &ctx,
             DATABASE_NAME,
@@ -119,9 +131,18 @@ impl Engine {
             store,
             catalog,
             schema_provider,
+            jobs,
             ctx,
             parser: PostgresCompatibilityParser::new(),
         }))
+    }
+
+    /// Plans a streaming query: parsed, planned and optimized by DataFusion, ready for
+    /// [`crate::stream::planner::plan_job`].
+    pub async fn plan_streaming_query(&self, sql: &str) -> Result<LogicalPlan> {
+        let state = self.ctx.state();
+        let plan = state.create_logical_plan(sql).await?;
+        Ok(state.optimize(&plan)?)
     }
 
     pub fn parse(&self, sql: &str) -> Result<Vec<Statement>> {
@@ -336,7 +357,16 @@ impl Session {
     async fn execute_statement(&self, stmt: Statement) -> Result<Outcome> {
         match stmt {
             Statement::CreateTable(create) => ddl::create_table(self, create).await,
+            Statement::CreateView(view) if view.materialized => {
+                materialized_views::create(self, view).await
+            }
             Statement::CreateView(view) => ddl::create_view(self, view).await,
+            Statement::Drop {
+                object_type: ast::ObjectType::MaterializedView,
+                if_exists,
+                names,
+                ..
+            } => materialized_views::drop(self, &names, if_exists).await,
             Statement::Drop {
                 object_type,
                 if_exists,
@@ -355,6 +385,9 @@ impl Session {
             } => copy::start(self, source, to, target, options, legacy_options),
             Statement::ShowVariable { variable } => show::show_variable(self, &variable),
             Statement::ShowTables { .. } => show::show_tables(self),
+            Statement::ShowViews {
+                materialized: true, ..
+            } => materialized_views::show(self),
             Statement::ExplainTable { table_name, .. } => show::describe(self, &table_name),
             Statement::StartTransaction { .. } => Ok(Outcome::TransactionStart("BEGIN".into())),
             Statement::Commit { .. } => Ok(Outcome::TransactionEnd("COMMIT".into())),

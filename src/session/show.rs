@@ -22,7 +22,10 @@ pub(super) fn result_schema(stmt: &Statement) -> Option<SchemaRef> {
     };
     match stmt {
         Statement::ShowVariable { variable } => {
-            if variable_name(variable).eq_ignore_ascii_case("sources") {
+            let name = variable_name(variable);
+            if name.eq_ignore_ascii_case("sources")
+                || name.eq_ignore_ascii_case("materialized views")
+            {
                 utf8(&["Name"])
             } else if is_show_all(variable) {
                 utf8(&["name", "setting", "description"])
@@ -31,6 +34,9 @@ pub(super) fn result_schema(stmt: &Statement) -> Option<SchemaRef> {
             }
         }
         Statement::ShowTables { .. } => utf8(&["Name"]),
+        Statement::ShowViews {
+            materialized: true, ..
+        } => utf8(&["Name"]),
         Statement::ExplainTable { .. } => utf8(&DESCRIBE_COLUMNS),
         _ => None,
     }
@@ -79,6 +85,9 @@ pub(super) fn show_variable(session: &Session, variable: &[Ident]) -> Result<Out
     let name = variable_name(variable);
     if name.eq_ignore_ascii_case("sources") {
         return super::sources::show_sources(session);
+    }
+    if name.eq_ignore_ascii_case("materialized views") {
+        return super::materialized_views::show(session);
     }
     let value = session.vars.lock().get(&name)?;
     // PostgreSQL names the column after the variable as the user wrote it.

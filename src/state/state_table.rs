@@ -185,6 +185,29 @@ impl StateTable {
         Ok(old_keys.len())
     }
 
+    /// Applies keyed changes: each row is stored under its memcomparable `key`
+    /// (inserts and updates replace the row, deletes remove it). This is how a
+    /// materialized view keeps one row per stream key.
+    pub fn write_keyed(
+        &self,
+        keys: &[Vec<u8>],
+        deletes: &[bool],
+        batch: &RecordBatch,
+    ) -> Result<()> {
+        let values = self.value_codec.convert_columns(batch.columns())?;
+        let mut wb = WriteBatch::default();
+        let mut key_buf = Vec::new();
+        for (row, key) in keys.iter().enumerate() {
+            encode_state_key(self.table_id, key_group_of(key), key, &mut key_buf);
+            if deletes[row] {
+                wb.delete(&key_buf);
+            } else {
+                wb.put(&key_buf, values.row(row).as_ref());
+            }
+        }
+        self.store.write(wb)
+    }
+
     pub fn delete_keys(&self, keys: &[Vec<u8>]) -> Result<usize> {
         let mut wb = WriteBatch::default();
         for k in keys {

@@ -1,0 +1,154 @@
+//! `CREATE MATERIALIZED VIEW`, `DROP MATERIALIZED VIEW`, `SHOW MATERIALIZED VIEWS`, and
+//! (re)starting their jobs.
+//!
+//! Until checkpoints exist, a restart recomputes every view from the beginning of its
+//! sources: the view's state is cleared and its job starts again. Sources are
+//! deterministic, so the result is the same as in an uninterrupted run.
+
+use super::ddl::{ident_name, relation_name};
+use super::{Engine, Outcome, Session, text_rows};
+use crate::catalog::{Column, Relation, RelationKind, SqlType};
+use crate::error::{EddyError, Result, sqlstate};
+use crate::stream::planner::plan_job;
+use datafusion::sql::parser::Statement as DFStatement;
+use datafusion::sql::sqlparser::ast::{self, CreateView};
+
+pub(super) async fn create(session: &Session, view: CreateView) -> Result<Outcome> {
+    let name = relation_name(&view.name)?;
+    let engine = &session.engine;
+    if engine.catalog.get(&name).is_some() {
+        if view.if_not_exists {
+            return Ok(Outcome::Command("CREATE_MATERIALIZED_VIEW".into()));
+        }
+        return Err(EddyError::new(
+            sqlstate::DUPLICATE_TABLE,
+            format!("relation \"{name}\" already exists"),
+        ));
+    }
+    if view.or_replace {
+        return Err(EddyError::not_supported(
+            "CREATE OR REPLACE MATERIALIZED VIEW is not supported",
+        ));
+    }
+    let query_sql = view.query.to_string();
+    let plan = engine.plan_streaming_query(&query_sql).await?;
+    // Check the whole query is supported before anything is recorded.
+    let job = plan_job(&plan, &engine.catalog)?;
+    let names: Vec<String> = if view.columns.is_empty() {
+        job.schema
+            .fields()
+            .iter()
+            .map(|f| f.name().clone())
+            .collect()
+    } else {
+        if view.columns.len() != job.schema.fields().len() {
+            return Err(EddyError::syntax(
+                "the column list must name every column of the query",
+            ));
+        }
+        view.columns.iter().map(|c| ident_name(&c.name)).collect()
+    };
+    for (i, n) in names.iter().enumerate() {
+        if names[..i].contains(n) {
+            return Err(EddyError::new(
+                "42701",
+                format!("column \"{n}\" specified more than once"),
+            ));
+        }
+    }
+    let columns = names
+        .into_iter()
+        .zip(job.schema.fields())
+        .map(|(name, f)| Column {
+            name,
+            sql_type: SqlType::from_arrow(f),
+            nullable: true,
+        })
+        .collect();
+    let statement = DFStatement::Statement(Box::new(ast::Statement::Query(view.query.clone())));
+    let mut depends_on = Vec::new();
+    for r in engine.ctx.state().resolve_table_references(&statement)? {
+        if let Some(rel) = engine.catalog.get(r.table())
+            && !depends_on.contains(&rel.id)
+        {
+            depends_on.push(rel.id);
+        }
+    }
+    let rel = engine.catalog.create_relation(Relation {
+        id: 0,
+        name: name.clone(),
+        kind: RelationKind::MaterializedView,
+        columns,
+        primary_key: vec![],
+        definition: query_sql,
+        depends_on,
+        options: Default::default(),
+        watermark: None,
+    })?;
+    let table = engine.schema_provider.state_table_for(&rel)?;
+    engine.jobs.spawn(&rel.name, job, table)?;
+    Ok(Outcome::Command("CREATE_MATERIALIZED_VIEW".into()))
+}
+
+pub(super) async fn drop(
+    session: &Session,
+    names: &[ast::ObjectName],
+    if_exists: bool,
+) -> Result<Outcome> {
+    let engine = &session.engine;
+    let mut to_drop = Vec::new();
+    for name in names {
+        let name = relation_name(name)?;
+        match engine.catalog.get(&name) {
+            None if if_exists => continue,
+            None => {
+                return Err(EddyError::new(
+                    sqlstate::UNDEFINED_TABLE,
+                    format!("materialized view \"{name}\" does not exist"),
+                ));
+            }
+            Some(rel) if rel.kind != RelationKind::MaterializedView => {
+                return Err(EddyError::new(
+                    sqlstate::WRONG_OBJECT_TYPE,
+                    format!("\"{name}\" is not a materialized view"),
+                ));
+            }
+            Some(rel) => to_drop.push(rel),
+        }
+    }
+    for rel in to_drop {
+        engine.catalog.drop_relation(&rel.name)?;
+        engine.jobs.stop(&rel.name);
+        let table = engine.schema_provider.state_table_for(&rel)?;
+        table.truncate()?;
+        engine.schema_provider.forget(rel.id);
+    }
+    Ok(Outcome::Command("DROP_MATERIALIZED_VIEW".into()))
+}
+
+pub(super) fn show(session: &Session) -> Result<Outcome> {
+    let names = session
+        .engine
+        .catalog
+        .relations()
+        .into_iter()
+        .filter(|r| r.kind == RelationKind::MaterializedView)
+        .map(|r| r.name)
+        .collect();
+    text_rows("Name", names)
+}
+
+/// Starts the job of every materialized view, from the beginning (see the module docs).
+pub async fn restart_all(engine: &Engine) -> Result<()> {
+    for rel in engine.catalog.relations() {
+        if rel.kind != RelationKind::MaterializedView {
+            continue;
+        }
+        let table = engine.schema_provider.state_table_for(&rel)?;
+        table.truncate()?;
+        let plan = engine.plan_streaming_query(&rel.definition).await?;
+        let job = plan_job(&plan, &engine.catalog)?;
+        engine.jobs.spawn(&rel.name, job, table)?;
+    }
+    Ok(())
+}

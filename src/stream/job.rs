@@ -1,0 +1,180 @@
+//! Running jobs: one task per materialized view that reads the source, runs the operator
+//! chain and writes the view's state table. The [`JobRegistry`] knows every job and its
+//! progress (the `eddy_catalog.jobs` table shows it).
+
+use super::operators::run_chain;
+use super::planner::JobPlan;
+use super::{Op, StreamChunk};
+use crate::connectors::ConnectorSpec;
+use crate::error::Result;
+use crate::state::StateTable;
+use parking_lot::Mutex;
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::time::{Duration, Instant, SystemTime};
+
+/// Rows a source split reads at a time.
+const SOURCE_BATCH_ROWS: usize = 1024;
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum JobState {
+    Running,
+    Finished,
+    Failed,
+}
+
+impl JobState {
+    pub fn as_str(&self) -> &'static str {
+        match self {
+            JobState::Running => "running",
+            JobState::Finished => "finished",
+            JobState::Failed => "failed",
+        }
+    }
+}
+
+/// A job's progress, shared between its task and whoever asks.
+pub struct JobInfo {
+    pub name: String,
+    pub state: Mutex<JobState>,
+    pub error: Mutex<Option<String>>,
+    pub rows_read: AtomicU64,
+    pub started: SystemTime,
+    pub finished: Mutex<Option<SystemTime>>,
+    stop: AtomicBool,
+}
+
+#[derive(Default)]
+pub struct JobRegistry {
+    jobs: Mutex<BTreeMap<String, Arc<JobInfo>>>,
+}
+
+impl JobRegistry {
+    pub fn jobs(&self) -> Vec<Arc<JobInfo>> {
+        self.jobs.lock().values().cloned().collect()
+    }
+
+    /// Stops a job (its task ends at the next batch) and forgets it.
+    pub fn stop(&self, name: &str) {
+        if let Some(job) = self.jobs.lock().remove(name) {
+            job.stop.store(true, Ordering::SeqCst);
+        }
+    }
+
+    /// Starts the job of a materialized view: reads its source from the beginning and
+    /// writes the results into `view`.
+    pub fn spawn(&self, name: &str, plan: JobPlan, view: Arc<StateTable>) -> Result<Arc<JobInfo>> {
+        let ConnectorSpec::Datagen(spec) = ConnectorSpec::from_options(
+            &plan.source.arrow_schema(),
+            &connector_options(&plan.source.options),
+        )?;
+        let info = Arc::new(JobInfo {
+            name: name.to_string(),
+            state: Mutex::new(JobState::Running),
+            error: Mutex::new(None),
+            rows_read: AtomicU64::new(0),
+            started: SystemTime::now(),
+            finished: Mutex::new(None),
+            stop: AtomicBool::new(false),
+        });
+        self.stop(name);
+        self.jobs.lock().insert(name.to_string(), info.clone());
+        let task_info = info.clone();
+        tokio::spawn(async move {
+            let result = run(plan, spec, view, &task_info).await;
+            let state = match result {
+                Ok(()) => JobState::Finished,
+                Err(e) => {
+                    tracing::warn!(job = %task_info.name, "job failed: {e}");
+                    *task_info.error.lock() = Some(e.message.clone());
+                    JobState::Failed
+                }
+            };
+            if !task_info.stop.load(Ordering::SeqCst) {
+                *task_info.state.lock() = state;
+                *task_info.finished.lock() = Some(SystemTime::now());
+            }
+        });
+        Ok(info)
+    }
+}
+
+/// The connector's own options (without the format/encoding keys).
+fn connector_options(options: &BTreeMap<String, String>) -> BTreeMap<String, String> {
+    options
+        .iter()
+        .filter(|(k, _)| {
+            !k.starts_with("encode.") && k.as_str() != "format" && k.as_str() != "encode"
+        })
+        .map(|(k, v)| (k.clone(), v.clone()))
+        .collect()
+}
+
+async fn run(
+    mut plan: JobPlan,
+    spec: crate::connectors::datagen::DatagenSpec,
+    view: Arc<StateTable>,
+    info: &JobInfo,
+) -> Result<()> {
+    let mut splits: Vec<_> = (0..spec.splits).map(|s| spec.split_reader(s, 0)).collect();
+    let started = Instant::now();
+    let rate = spec.rows_per_second;
+    let batch_rows = if rate > 0 {
+        SOURCE_BATCH_ROWS.min(rate.max(1) as usize)
+    } else {
+        SOURCE_BATCH_ROWS
+    };
+    while !splits.is_empty() {
+        let mut i = 0;
+        while i < splits.len() {
+            if info.stop.load(Ordering::SeqCst) {
+                return Ok(());
+            }
+            let Some(batch) = splits[i].next_batch(batch_rows)? else {
+                splits.remove(i);
+                continue;
+            };
+            i += 1;
+            let rows = batch.num_rows() as u64;
+            let batch = match &plan.source_projection {
+                Some(p) => batch.project(p)?,
+                None => batch,
+            };
+            for chunk in run_chain(&mut plan.operators, StreamChunk::inserts(batch))? {
+                materialize(&view, &chunk, plan.keyed)?;
+            }
+            let total = info.rows_read.fetch_add(rows, Ordering::Relaxed) + rows;
+            if rate > 0 {
+                // Keep to the configured rate: the time `total` rows should have taken.
+                let due = Duration::from_secs_f64(total as f64 / rate as f64);
+                let elapsed = started.elapsed();
+                if due > elapsed {
+                    tokio::time::sleep(due - elapsed).await;
+                }
+            } else {
+                tokio::task::yield_now().await;
+            }
+        }
+    }
+    Ok(())
+}
+
+/// Writes a chunk into the view's state: keyed rows replace or delete their key; rows
+/// of an append-only view are added.
+fn materialize(view: &StateTable, chunk: &StreamChunk, keyed: bool) -> Result<()> {
+    match (&chunk.keys, keyed) {
+        (Some(keys), _) => {
+            let deletes: Vec<bool> = chunk
+                .ops
+                .iter()
+                .map(|o| matches!(o, Op::Delete | Op::UpdateDelete))
+                .collect();
+            view.write_keyed(keys, &deletes, &chunk.batch)
+        }
+        (None, _) => {
+            view.upsert(&chunk.batch)?;
+            Ok(())
+        }
+    }
+}
