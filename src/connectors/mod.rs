@@ -6,6 +6,7 @@
 //! reports its position per split, so a checkpoint can rewind it.
 
 pub mod datagen;
+pub mod nexmark;
 
 use crate::error::{EddyError, Result, sqlstate};
 use arrow::datatypes::SchemaRef;
@@ -15,6 +16,33 @@ use std::collections::BTreeMap;
 #[derive(Debug, Clone, PartialEq)]
 pub enum ConnectorSpec {
     Datagen(datagen::DatagenSpec),
+    Nexmark(nexmark::NexmarkSpec),
+}
+
+/// One split of a source, read batch by batch from a position.
+pub trait SplitReader: Send {
+    /// The next batch of at most `max_rows` rows, `None` once the split has ended.
+    fn next_batch(&mut self, max_rows: usize) -> Result<Option<arrow::array::RecordBatch>>;
+    /// Rows read so far: where to resume from.
+    fn offset(&self) -> u64;
+}
+
+impl SplitReader for datagen::DatagenSplit {
+    fn next_batch(&mut self, max_rows: usize) -> Result<Option<arrow::array::RecordBatch>> {
+        datagen::DatagenSplit::next_batch(self, max_rows)
+    }
+    fn offset(&self) -> u64 {
+        datagen::DatagenSplit::offset(self)
+    }
+}
+
+impl SplitReader for nexmark::NexmarkSplit {
+    fn next_batch(&mut self, max_rows: usize) -> Result<Option<arrow::array::RecordBatch>> {
+        nexmark::NexmarkSplit::next_batch(self, max_rows)
+    }
+    fn offset(&self) -> u64 {
+        nexmark::NexmarkSplit::offset(self)
+    }
 }
 
 impl ConnectorSpec {
@@ -23,20 +51,43 @@ impl ConnectorSpec {
         let connector = options.get("connector").ok_or_else(|| {
             EddyError::new(
                 sqlstate::INVALID_PARAMETER_VALUE,
-                "a source needs WITH (connector = '...'); available: datagen",
+                "a source needs WITH (connector = '...'); available: datagen, nexmark",
             )
         })?;
         match connector.to_ascii_lowercase().as_str() {
             "datagen" => Ok(ConnectorSpec::Datagen(datagen::DatagenSpec::from_options(
                 schema, options,
             )?)),
-            "nexmark" | "file" => Err(EddyError::not_supported(format!(
-                "connector '{connector}' is not supported yet; available: datagen"
-            ))),
+            "nexmark" => Ok(ConnectorSpec::Nexmark(nexmark::NexmarkSpec::from_options(
+                schema, options,
+            )?)),
+            "file" => Err(EddyError::not_supported(
+                "connector 'file' is not supported yet; available: datagen, nexmark",
+            )),
             other => Err(EddyError::new(
                 sqlstate::INVALID_PARAMETER_VALUE,
-                format!("unknown connector '{other}'; available: datagen"),
+                format!("unknown connector '{other}'; available: datagen, nexmark"),
             )),
+        }
+    }
+
+    /// Readers for every split, from the start.
+    pub fn split_readers(&self) -> Vec<Box<dyn SplitReader>> {
+        match self {
+            ConnectorSpec::Datagen(s) => (0..s.splits)
+                .map(|i| Box::new(s.split_reader(i, 0)) as Box<dyn SplitReader>)
+                .collect(),
+            ConnectorSpec::Nexmark(s) => (0..s.splits)
+                .map(|i| Box::new(s.split_reader(i, 0)) as Box<dyn SplitReader>)
+                .collect(),
+        }
+    }
+
+    /// Rows per second the source is paced at (0: as fast as possible).
+    pub fn rows_per_second(&self) -> u64 {
+        match self {
+            ConnectorSpec::Datagen(s) => s.rows_per_second,
+            ConnectorSpec::Nexmark(s) => s.rows_per_second(),
         }
     }
 }

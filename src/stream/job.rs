@@ -65,7 +65,7 @@ impl JobRegistry {
     /// Starts the job of a materialized view: reads its source from the beginning and
     /// writes the results into `view`.
     pub fn spawn(&self, name: &str, plan: JobPlan, view: Arc<StateTable>) -> Result<Arc<JobInfo>> {
-        let ConnectorSpec::Datagen(spec) = ConnectorSpec::from_options(
+        let spec = ConnectorSpec::from_options(
             &plan.source.arrow_schema(),
             &connector_options(&plan.source.options),
         )?;
@@ -113,13 +113,13 @@ fn connector_options(options: &BTreeMap<String, String>) -> BTreeMap<String, Str
 
 async fn run(
     mut plan: JobPlan,
-    spec: crate::connectors::datagen::DatagenSpec,
+    spec: ConnectorSpec,
     view: Arc<StateTable>,
     info: &JobInfo,
 ) -> Result<()> {
-    let mut splits: Vec<_> = (0..spec.splits).map(|s| spec.split_reader(s, 0)).collect();
+    let mut splits = spec.split_readers();
     let started = Instant::now();
-    let rate = spec.rows_per_second;
+    let rate = spec.rows_per_second();
     let batch_rows = if rate > 0 {
         SOURCE_BATCH_ROWS.min(rate.max(1) as usize)
     } else {
