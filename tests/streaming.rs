@@ -285,7 +285,18 @@ async fn nexmark_views_match_batch_results() {
             .await
             .unwrap_or_else(|e| panic!("creating {name}: {e}"));
     }
-    wait_for_jobs(&client, NEXMARK_VIEWS.len()).await;
+    // Nexmark q0 (pass-through) into a blackhole sink: counted, not stored.
+    client
+        .batch_execute("CREATE SINK q0 AS SELECT auction, bidder, price, date_time FROM s WITH (connector = 'blackhole')")
+        .await
+        .unwrap();
+    wait_for_jobs(&client, NEXMARK_VIEWS.len() + 1).await;
+    let q0 = view_rows(
+        &client,
+        "SELECT rows_read, rows_written FROM eddy_catalog.jobs WHERE name = 'q0'",
+    )
+    .await;
+    assert_eq!(q0, vec![vec!["27600".to_string(), "27600".to_string()]]);
     let schema = std::sync::Arc::new(Schema::new(vec![
         Field::new("auction", DataType::Int64, true),
         Field::new("bidder", DataType::Int64, true),

@@ -37,6 +37,8 @@ pub enum RelationKind {
     Source,
     /// A continuously maintained query result (`CREATE MATERIALIZED VIEW`).
     MaterializedView,
+    /// A query whose output leaves Eddy (`CREATE SINK`); not readable with `SELECT`.
+    Sink,
 }
 
 impl RelationKind {
@@ -46,6 +48,7 @@ impl RelationKind {
             RelationKind::View => "view",
             RelationKind::Source => "source",
             RelationKind::MaterializedView => "materialized view",
+            RelationKind::Sink => "sink",
         }
     }
 }

@@ -91,7 +91,12 @@ impl CatalogSchemaProvider {
 #[async_trait]
 impl SchemaProvider for CatalogSchemaProvider {
     fn table_names(&self) -> Vec<String> {
-        self.catalog.relation_names()
+        self.catalog
+            .relations()
+            .into_iter()
+            .filter(|r| r.kind != RelationKind::Sink)
+            .map(|r| r.name)
+            .collect()
     }
 
     async fn table(&self, name: &str) -> DFResult<Option<Arc<dyn TableProvider>>> {
@@ -99,6 +104,7 @@ impl SchemaProvider for CatalogSchemaProvider {
             return Ok(None);
         };
         match rel.kind {
+            RelationKind::Sink => Ok(None),
             RelationKind::Table => {
                 let table = self
                     .state_table_for(&rel)
@@ -123,7 +129,9 @@ impl SchemaProvider for CatalogSchemaProvider {
     }
 
     fn table_exist(&self, name: &str) -> bool {
-        self.catalog.get(name).is_some()
+        self.catalog
+            .get(name)
+            .is_some_and(|r| r.kind != RelationKind::Sink)
     }
 }
 

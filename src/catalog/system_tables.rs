@@ -2,7 +2,7 @@
 //!
 //! - `eddy_catalog.jobs`: every streaming job (one per materialized view) with its state
 //!   (`running`, `finished` once a bounded source is exhausted, `failed`), the rows it has
-//!   read, and when it started and finished. Tests and benchmarks wait on it.
+//!   read and written, and when it started and finished. Tests and benchmarks wait on it.
 
 use crate::stream::job::JobRegistry;
 use arrow::array::{Int64Array, RecordBatch, StringArray, TimestampMicrosecondArray};
@@ -75,6 +75,7 @@ impl TableProvider for JobsTable {
             Field::new("name", DataType::Utf8, false),
             Field::new("state", DataType::Utf8, false),
             Field::new("rows_read", DataType::Int64, false),
+            Field::new("rows_written", DataType::Int64, false),
             Field::new("started", ts.clone(), false),
             Field::new("finished", ts, true),
             Field::new("error", DataType::Utf8, true),
@@ -106,6 +107,10 @@ impl TableProvider for JobsTable {
                 Arc::new(Int64Array::from_iter_values(
                     jobs.iter()
                         .map(|j| j.rows_read.load(Ordering::Relaxed) as i64),
+                )),
+                Arc::new(Int64Array::from_iter_values(
+                    jobs.iter()
+                        .map(|j| j.rows_written.load(Ordering::Relaxed) as i64),
                 )),
                 Arc::new(
                     TimestampMicrosecondArray::from_iter_values(

@@ -9,6 +9,7 @@ use super::ddl::{ident_name, relation_name};
 use super::{Engine, Outcome, Session, text_rows};
 use crate::catalog::{Column, Relation, RelationKind, SqlType};
 use crate::error::{EddyError, Result, sqlstate};
+use crate::stream::job::JobOutput;
 use crate::stream::planner::plan_job;
 use datafusion::sql::parser::Statement as DFStatement;
 use datafusion::sql::sqlparser::ast::{self, CreateView};
@@ -86,7 +87,7 @@ pub(super) async fn create(session: &Session, view: CreateView) -> Result<Outcom
         watermark: None,
     })?;
     let table = engine.schema_provider.state_table_for(&rel)?;
-    engine.jobs.spawn(&rel.name, job, table)?;
+    engine.jobs.spawn(&rel.name, job, JobOutput::View(table))?;
     Ok(Outcome::Command("CREATE_MATERIALIZED_VIEW".into()))
 }
 
@@ -138,17 +139,22 @@ pub(super) fn show(session: &Session) -> Result<Outcome> {
     text_rows("Name", names)
 }
 
-/// Starts the job of every materialized view, from the beginning (see the module docs).
+/// Starts the job of every materialized view and sink, from the beginning (see the
+/// module docs).
 pub async fn restart_all(engine: &Engine) -> Result<()> {
     for rel in engine.catalog.relations() {
-        if rel.kind != RelationKind::MaterializedView {
-            continue;
-        }
-        let table = engine.schema_provider.state_table_for(&rel)?;
-        table.truncate()?;
+        let output = match rel.kind {
+            RelationKind::MaterializedView => {
+                let table = engine.schema_provider.state_table_for(&rel)?;
+                table.truncate()?;
+                JobOutput::View(table)
+            }
+            RelationKind::Sink => JobOutput::Blackhole,
+            _ => continue,
+        };
         let plan = engine.plan_streaming_query(&rel.definition).await?;
         let job = plan_job(&plan, &engine.catalog)?;
-        engine.jobs.spawn(&rel.name, job, table)?;
+        engine.jobs.spawn(&rel.name, job, output)?;
     }
     Ok(())
 }

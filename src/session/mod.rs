@@ -15,6 +15,7 @@ mod functions;
 pub mod materialized_views;
 mod pg_semantics;
 mod show;
+mod sinks;
 mod sources;
 mod sql_rewrite;
 pub mod users;
@@ -351,6 +352,8 @@ impl Session {
             EddyStatement::DropSource { names, if_exists } => {
                 sources::drop_sources(self, names, if_exists)
             }
+            EddyStatement::CreateSink(s) => sinks::create(self, s).await,
+            EddyStatement::DropSink { names, if_exists } => sinks::drop(self, names, if_exists),
         }
     }
 

@@ -4,8 +4,10 @@
 //! `CREATE USER name WITH PASSWORD '...'` is parsed here instead) and knows nothing of
 //! sources (`CREATE SOURCE`, `DROP SOURCE`, in [`source`]).
 
+pub mod sink;
 pub mod source;
 
+pub use sink::CreateSink;
 pub use source::CreateSource;
 
 /// A statement sqlparser does not parse.
@@ -14,6 +16,8 @@ pub enum EddyStatement {
     User(UserStatement),
     CreateSource(CreateSource),
     DropSource { names: Vec<String>, if_exists: bool },
+    CreateSink(CreateSink),
+    DropSink { names: Vec<String>, if_exists: bool },
 }
 
 /// `Some` when `sql` is one of Eddy's own statements.
@@ -24,7 +28,10 @@ pub fn parse_eddy_statement(sql: &str) -> Option<Result<EddyStatement>> {
     if let Some(source) = source::parse_create_source(sql) {
         return Some(source.map(EddyStatement::CreateSource));
     }
-    source::parse_drop_source(sql)
+    if let Some(sink) = sink::parse_create_sink(sql) {
+        return Some(sink.map(EddyStatement::CreateSink));
+    }
+    source::parse_drop(sql)
 }
 
 use crate::error::{EddyError, Result};

@@ -34,7 +34,7 @@ pub struct CreateSource {
     pub encode_options: BTreeMap<String, String>,
 }
 
-fn significant_tokens(sql: &str) -> Result<Vec<Token>> {
+pub(crate) fn significant_tokens(sql: &str) -> Result<Vec<Token>> {
     let mut tokens: Vec<Token> = Tokenizer::new(&PostgreSqlDialect {}, sql)
         .tokenize()
         .map_err(|e| EddyError::syntax(e.to_string()))?
@@ -47,11 +47,11 @@ fn significant_tokens(sql: &str) -> Result<Vec<Token>> {
     Ok(tokens)
 }
 
-fn is_word(t: Option<&Token>, word: &str) -> bool {
+pub(crate) fn is_word(t: Option<&Token>, word: &str) -> bool {
     matches!(t, Some(Token::Word(w)) if w.value.eq_ignore_ascii_case(word))
 }
 
-fn identifier(t: Option<&Token>) -> Result<String> {
+pub(crate) fn identifier(t: Option<&Token>) -> Result<String> {
     match t {
         Some(Token::Word(w)) if w.quote_style.is_some() => Ok(w.value.clone()),
         Some(Token::Word(w)) => Ok(w.value.to_lowercase()),
@@ -212,10 +212,11 @@ fn parse_tokens(tokens: &[Token]) -> Result<CreateSource> {
     })
 }
 
-/// `DROP SOURCE [IF EXISTS] name [, ...]`.
-pub fn parse_drop_source(sql: &str) -> Option<Result<super::EddyStatement>> {
+/// `DROP SOURCE|SINK [IF EXISTS] name [, ...]`.
+pub fn parse_drop(sql: &str) -> Option<Result<super::EddyStatement>> {
     let tokens = significant_tokens(sql).ok()?;
-    if !(is_word(tokens.first(), "drop") && is_word(tokens.get(1), "source")) {
+    let sink = is_word(tokens.get(1), "sink");
+    if !(is_word(tokens.first(), "drop") && (is_word(tokens.get(1), "source") || sink)) {
         return None;
     }
     let parse = || -> Result<super::EddyStatement> {
@@ -238,17 +239,24 @@ pub fn parse_drop_source(sql: &str) -> Option<Result<super::EddyStatement>> {
                     ));
                 }
                 Some(t) if is_word(Some(t), "restrict") && tokens.get(i + 1).is_none() => break,
-                Some(t) => return Err(EddyError::syntax(format!("unexpected {t} in DROP SOURCE"))),
+                Some(t) => return Err(EddyError::syntax(format!("unexpected {t} in DROP"))),
             }
         }
-        Ok(super::EddyStatement::DropSource { names, if_exists })
+        Ok(if sink {
+            super::EddyStatement::DropSink { names, if_exists }
+        } else {
+            super::EddyStatement::DropSource { names, if_exists }
+        })
     };
     Some(parse())
 }
 
 /// `( key = value, ... )` starting at `tokens[start]`; keys may be dotted
 /// (`fields.v.kind`). Returns the options and the index after `)`.
-fn parse_options(tokens: &[Token], start: usize) -> Result<(BTreeMap<String, String>, usize)> {
+pub(crate) fn parse_options(
+    tokens: &[Token],
+    start: usize,
+) -> Result<(BTreeMap<String, String>, usize)> {
     if tokens.get(start) != Some(&Token::LParen) {
         return Err(EddyError::syntax("expected ( after WITH"));
     }

@@ -40,6 +40,8 @@ pub struct JobInfo {
     pub state: Mutex<JobState>,
     pub error: Mutex<Option<String>>,
     pub rows_read: AtomicU64,
+    /// Rows the job produced: written to its view, or delivered to its sink.
+    pub rows_written: AtomicU64,
     pub started: SystemTime,
     pub finished: Mutex<Option<SystemTime>>,
     stop: AtomicBool,
@@ -62,9 +64,8 @@ impl JobRegistry {
         }
     }
 
-    /// Starts the job of a materialized view: reads its source from the beginning and
-    /// writes the results into `view`.
-    pub fn spawn(&self, name: &str, plan: JobPlan, view: Arc<StateTable>) -> Result<Arc<JobInfo>> {
+    /// Starts a job: reads its source from the beginning and delivers the results.
+    pub fn spawn(&self, name: &str, plan: JobPlan, output: JobOutput) -> Result<Arc<JobInfo>> {
         let spec = ConnectorSpec::from_options(
             &plan.source.arrow_schema(),
             &connector_options(&plan.source.options),
@@ -74,6 +75,7 @@ impl JobRegistry {
             state: Mutex::new(JobState::Running),
             error: Mutex::new(None),
             rows_read: AtomicU64::new(0),
+            rows_written: AtomicU64::new(0),
             started: SystemTime::now(),
             finished: Mutex::new(None),
             stop: AtomicBool::new(false),
@@ -82,7 +84,7 @@ impl JobRegistry {
         self.jobs.lock().insert(name.to_string(), info.clone());
         let task_info = info.clone();
         tokio::spawn(async move {
-            let result = run(plan, spec, view, &task_info).await;
+            let result = run(plan, spec, output, &task_info).await;
             let state = match result {
                 Ok(()) => JobState::Finished,
                 Err(e) => {
@@ -111,10 +113,18 @@ fn connector_options(options: &BTreeMap<String, String>) -> BTreeMap<String, Str
         .collect()
 }
 
+/// Where a job's rows go.
+pub enum JobOutput {
+    /// A materialized view's state table.
+    View(Arc<StateTable>),
+    /// Counted and discarded (`connector = 'blackhole'` sinks, for measuring the engine).
+    Blackhole,
+}
+
 async fn run(
     mut plan: JobPlan,
     spec: ConnectorSpec,
-    view: Arc<StateTable>,
+    output: JobOutput,
     info: &JobInfo,
 ) -> Result<()> {
     let mut splits = spec.split_readers();
@@ -142,7 +152,11 @@ async fn run(
                 None => batch,
             };
             for chunk in run_chain(&mut plan.operators, StreamChunk::inserts(batch))? {
-                materialize(&view, &chunk, plan.keyed)?;
+                if let JobOutput::View(view) = &output {
+                    materialize(view, &chunk)?;
+                }
+                info.rows_written
+                    .fetch_add(chunk.num_rows() as u64, Ordering::Relaxed);
             }
             let total = info.rows_read.fetch_add(rows, Ordering::Relaxed) + rows;
             if rate > 0 {
@@ -162,9 +176,9 @@ async fn run(
 
 /// Writes a chunk into the view's state: keyed rows replace or delete their key; rows
 /// of an append-only view are added.
-fn materialize(view: &StateTable, chunk: &StreamChunk, keyed: bool) -> Result<()> {
-    match (&chunk.keys, keyed) {
-        (Some(keys), _) => {
+fn materialize(view: &StateTable, chunk: &StreamChunk) -> Result<()> {
+    match &chunk.keys {
+        Some(keys) => {
             let deletes: Vec<bool> = chunk
                 .ops
                 .iter()
@@ -172,7 +186,7 @@ fn materialize(view: &StateTable, chunk: &StreamChunk, keyed: bool) -> Result<()
                 .collect();
             view.write_keyed(keys, &deletes, &chunk.batch)
         }
-        (None, _) => {
+        None => {
             view.upsert(&chunk.batch)?;
             Ok(())
         }

@@ -27,8 +27,6 @@ pub struct JobPlan {
     pub operators: Vec<Box<dyn Operator>>,
     /// The view's columns.
     pub schema: SchemaRef,
-    /// Whether rows carry keys (an aggregate): the view is then keyed by them.
-    pub keyed: bool,
 }
 
 struct AggParts {
@@ -65,7 +63,6 @@ pub fn plan_job(plan: &LogicalPlan, catalog: &Catalog) -> Result<JobPlan> {
     let partial = visit(plan, catalog)?;
     let schema: SchemaRef = Arc::new(plan.schema().as_arrow().clone());
     let mut operators = partial.operators;
-    let keyed = partial.agg.is_some();
     if let Some(agg) = partial.agg {
         operators.push(Box::new(HashAgg::new(
             agg.group_exprs,
@@ -80,7 +77,6 @@ pub fn plan_job(plan: &LogicalPlan, catalog: &Catalog) -> Result<JobPlan> {
         source_projection: partial.source_projection,
         operators,
         schema,
-        keyed,
     })
 }
 

@@ -1,0 +1,95 @@
+//! `CREATE SINK`, `DROP SINK`. The only connector so far is `blackhole`: the query's rows
+//! are counted (`eddy_catalog.jobs.rows_written`) and discarded, which is what
+//! benchmarks use to measure the engine alone.
+
+use super::{Outcome, Session};
+use crate::catalog::{Relation, RelationKind};
+use crate::error::{EddyError, Result, sqlstate};
+use crate::sql::CreateSink;
+use crate::stream::job::JobOutput;
+use crate::stream::planner::plan_job;
+
+pub(super) async fn create(session: &Session, sink: CreateSink) -> Result<Outcome> {
+    let engine = &session.engine;
+    if engine.catalog.get(&sink.name).is_some() {
+        if sink.if_not_exists {
+            return Ok(Outcome::Command("CREATE_SINK".into()));
+        }
+        return Err(EddyError::new(
+            sqlstate::DUPLICATE_OBJECT,
+            format!("relation \"{}\" already exists", sink.name),
+        ));
+    }
+    match sink
+        .options
+        .get("connector")
+        .map(|c| c.to_ascii_lowercase())
+        .as_deref()
+    {
+        Some("blackhole") => {}
+        Some(other) => {
+            return Err(EddyError::not_supported(format!(
+                "sink connector '{other}' is not supported yet; available: blackhole"
+            )));
+        }
+        None => {
+            return Err(EddyError::new(
+                sqlstate::INVALID_PARAMETER_VALUE,
+                "a sink needs WITH (connector = 'blackhole')",
+            ));
+        }
+    }
+    if let Some(from) = &sink.from
+        && engine
+            .catalog
+            .get(from)
+            .is_some_and(|r| r.kind != RelationKind::Source)
+    {
+        return Err(EddyError::not_supported(
+            "CREATE SINK ... FROM a table or view is not supported yet; use CREATE SINK ... AS SELECT over a source",
+        ));
+    }
+    let plan = engine.plan_streaming_query(&sink.query).await?;
+    let job = plan_job(&plan, &engine.catalog)?;
+    let rel = engine.catalog.create_relation(Relation {
+        id: 0,
+        name: sink.name.clone(),
+        kind: RelationKind::Sink,
+        columns: vec![],
+        primary_key: vec![],
+        definition: sink.query.clone(),
+        depends_on: vec![job.source.id],
+        options: sink.options.clone(),
+        watermark: None,
+    })?;
+    engine.jobs.spawn(&rel.name, job, JobOutput::Blackhole)?;
+    Ok(Outcome::Command("CREATE_SINK".into()))
+}
+
+pub(super) fn drop(session: &Session, names: Vec<String>, if_exists: bool) -> Result<Outcome> {
+    let engine = &session.engine;
+    let mut to_drop = Vec::new();
+    for name in names {
+        match engine.catalog.get(&name) {
+            None if if_exists => continue,
+            None => {
+                return Err(EddyError::new(
+                    sqlstate::UNDEFINED_OBJECT,
+                    format!("sink \"{name}\" does not exist"),
+                ));
+            }
+            Some(rel) if rel.kind != RelationKind::Sink => {
+                return Err(EddyError::new(
+                    sqlstate::WRONG_OBJECT_TYPE,
+                    format!("\"{name}\" is not a sink"),
+                ));
+            }
+            Some(rel) => to_drop.push(rel),
+        }
+    }
+    for rel in to_drop {
+        engine.catalog.drop_relation(&rel.name)?;
+        engine.jobs.stop(&rel.name);
+    }
+    Ok(Outcome::Command("DROP_SINK".into()))
+}

@@ -1,0 +1,128 @@
+//! `CREATE SINK`, in RisingWave's syntax:
+//!
+//! ```sql
+//! CREATE SINK [IF NOT EXISTS] name AS query WITH (connector = 'blackhole', ...);
+//! CREATE SINK [IF NOT EXISTS] name FROM relation WITH (connector = 'blackhole', ...);
+//! ```
+//!
+//! The options are the last top-level `WITH (...)`, so a query may use `WITH` for CTEs.
+
+use super::source::{is_word, parse_options, significant_tokens};
+use crate::error::{EddyError, Result};
+use datafusion::sql::sqlparser::tokenizer::Token;
+use std::collections::BTreeMap;
+
+#[derive(Debug, Clone, PartialEq)]
+pub struct CreateSink {
+    pub name: String,
+    pub if_not_exists: bool,
+    /// The query whose rows go to the sink (`FROM x` becomes `SELECT * FROM x`).
+    pub query: String,
+    /// Set for `FROM relation`.
+    pub from: Option<String>,
+    pub options: BTreeMap<String, String>,
+}
+
+pub fn parse_create_sink(sql: &str) -> Option<Result<CreateSink>> {
+    let tokens = significant_tokens(sql).ok()?;
+    if !(is_word(tokens.first(), "create") && is_word(tokens.get(1), "sink")) {
+        return None;
+    }
+    Some(parse(&tokens))
+}
+
+fn parse(tokens: &[Token]) -> Result<CreateSink> {
+    let mut i = 2;
+    let mut if_not_exists = false;
+    if is_word(tokens.get(i), "if")
+        && is_word(tokens.get(i + 1), "not")
+        && is_word(tokens.get(i + 2), "exists")
+    {
+        if_not_exists = true;
+        i += 3;
+    }
+    let name = super::source::identifier(tokens.get(i))?;
+    i += 1;
+    // The last `WITH (` at depth 0 starts the options.
+    let mut depth = 0;
+    let mut with_at = None;
+    for (k, t) in tokens.iter().enumerate().skip(i) {
+        match t {
+            Token::LParen => depth += 1,
+            Token::RParen => depth -= 1,
+            _ if depth == 0
+                && is_word(Some(t), "with")
+                && tokens.get(k + 1) == Some(&Token::LParen) =>
+            {
+                with_at = Some(k)
+            }
+            _ => {}
+        }
+    }
+    let with_at =
+        with_at.ok_or_else(|| EddyError::syntax("CREATE SINK needs WITH (connector = '...')"))?;
+    let (options, end) = parse_options(tokens, with_at + 1)?;
+    if let Some(extra) = tokens.get(end) {
+        return Err(EddyError::syntax(format!(
+            "unexpected {extra} at the end of CREATE SINK"
+        )));
+    }
+    let body: Vec<String> = tokens[i + 1..with_at]
+        .iter()
+        .map(|t| t.to_string())
+        .collect();
+    if is_word(tokens.get(i), "from") {
+        let from = super::source::identifier(tokens.get(i + 1))?;
+        if with_at != i + 2 {
+            return Err(EddyError::syntax(
+                "expected CREATE SINK name FROM relation WITH (...)",
+            ));
+        }
+        return Ok(CreateSink {
+            name,
+            if_not_exists,
+            query: format!("SELECT * FROM {from}"),
+            from: Some(from),
+            options,
+        });
+    }
+    if !is_word(tokens.get(i), "as") || body.is_empty() {
+        return Err(EddyError::syntax(
+            "expected CREATE SINK name AS query WITH (...) or CREATE SINK name FROM relation WITH (...)",
+        ));
+    }
+    Ok(CreateSink {
+        name,
+        if_not_exists,
+        query: body.join(" "),
+        from: None,
+        options,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn parses_both_forms() {
+        let s = parse_create_sink("CREATE SINK out AS WITH x AS (SELECT 1 AS a) SELECT a FROM x WITH (connector = 'blackhole')")
+            .unwrap()
+            .unwrap();
+        assert_eq!(s.name, "out");
+        assert!(s.query.starts_with("WITH x AS"), "{}", s.query);
+        assert_eq!(s.options["connector"], "blackhole");
+        let s = parse_create_sink(
+            "CREATE SINK IF NOT EXISTS out FROM mv WITH (connector = 'blackhole')",
+        )
+        .unwrap()
+        .unwrap();
+        assert_eq!(s.from.as_deref(), Some("mv"));
+        assert!(
+            parse_create_sink("CREATE SINK out AS SELECT 1")
+                .unwrap()
+                .is_err()
+        );
+        assert!(parse_create_sink("SELECT 1").is_none());
+    }
+}
