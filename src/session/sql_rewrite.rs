@@ -14,6 +14,10 @@
 //! - Duplicate output column names (`SELECT 1, 1` or `SELECT a, a`), which PostgreSQL
 //!   allows and DataFusion does not: later duplicates get an internal alias that
 //!   [`super::column_names`] turns back into the PostgreSQL name.
+//! - `TUMBLE(relation, time_col, size [, offset])` in `FROM`: a derived table with the
+//!   relation's columns plus `window_start = date_bin(size, time_col, epoch + offset)` and
+//!   `window_end = window_start + size`. Tumbling windows are a projection, so batch
+//!   queries and streaming jobs both plan it with no special operator.
 //! - `unnest(indkey)` / `generate_subscripts(indkey, 1)`: `pg_index.indkey` is an
 //!   `int2vector` in PostgreSQL but text (`"1 2"`) in the catalog tables, so it is split
 //!   into a `smallint[]` first.
@@ -31,6 +35,7 @@ pub fn rewrite(statement: &mut Statement) {
     let _ = statement.visit(&mut CatalogScalarSubquery);
     let _ = statement.visit(&mut Int2VectorFunctions);
     let _ = statement.visit(&mut LikeEscape);
+    let _ = statement.visit(&mut WindowFunctions);
     if let Statement::Query(query) = statement {
         alias_duplicate_columns(&mut query.body);
     }
@@ -331,5 +336,72 @@ fn unnest_source(relation: &TableFactor) -> Option<(String, String)> {
             _ => None,
         },
         _ => None,
+    }
+}
+
+struct WindowFunctions;
+
+impl VisitorMut for WindowFunctions {
+    type Break = ();
+
+    fn pre_visit_table_factor(&mut self, factor: &mut TableFactor) -> ControlFlow<()> {
+        let (name, args, alias) = match factor {
+            TableFactor::Table {
+                name,
+                args: Some(args),
+                alias,
+                ..
+            } => (
+                name.clone(),
+                args.args.iter().map(|a| a.to_string()).collect::<Vec<_>>(),
+                alias.clone(),
+            ),
+            TableFactor::Function {
+                name, args, alias, ..
+            } => (
+                name.clone(),
+                args.iter().map(|a| a.to_string()).collect(),
+                alias.clone(),
+            ),
+            _ => return ControlFlow::Continue(()),
+        };
+        let function = name.to_string().to_ascii_lowercase();
+        if function != "tumble" {
+            return ControlFlow::Continue(());
+        }
+        let (relation, time, size, offset) = match args.as_slice() {
+            [r, t, s] => (r, t, s, None),
+            [r, t, s, o] => (r, t, s, Some(o)),
+            // Leave it for the planner to report the wrong arity.
+            _ => return ControlFlow::Continue(()),
+        };
+        let origin = match offset {
+            Some(o) => format!("(TIMESTAMP '1970-01-01 00:00:00' + {o})"),
+            None => "TIMESTAMP '1970-01-01 00:00:00'".to_string(),
+        };
+        let start = format!("date_bin({size}, {time}, {origin})");
+        let sql = format!(
+            "SELECT *, {start} AS window_start, {start} + {size} AS window_end FROM {relation}"
+        );
+        let Ok(Some(Statement::Query(query))) = Parser::new(&PostgreSqlDialect {})
+            .try_with_sql(&sql)
+            .and_then(|mut p| p.parse_statement())
+            .map(Some)
+        else {
+            return ControlFlow::Continue(());
+        };
+        let alias = alias.unwrap_or_else(|| datafusion::sql::sqlparser::ast::TableAlias {
+            explicit: true,
+            name: Ident::new(relation.rsplit('.').next().unwrap_or(relation).to_string()),
+            columns: vec![],
+            at: None,
+        });
+        *factor = TableFactor::Derived {
+            lateral: false,
+            subquery: query,
+            alias: Some(alias),
+            sample: None,
+        };
+        ControlFlow::Continue(())
     }
 }
