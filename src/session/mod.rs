@@ -250,7 +250,15 @@ impl Session {
                 statement: None,
                 plan: None,
                 param_types: vec![],
-                result_schema: None,
+                result_schema: match &stmt {
+                    Ok(crate::sql::EddyStatement::ShowCreate { .. }) => {
+                        Some(Arc::new(Schema::new(vec![
+                            Field::new("Name", DataType::Utf8, false),
+                            Field::new("Create Sql", DataType::Utf8, false),
+                        ])))
+                    }
+                    _ => None,
+                },
                 eddy_statement: Some(stmt?),
             });
         }
@@ -354,6 +362,7 @@ impl Session {
             }
             EddyStatement::CreateSink(s) => sinks::create(self, s).await,
             EddyStatement::DropSink { names, if_exists } => sinks::drop(self, names, if_exists),
+            EddyStatement::ShowCreate { kind, name } => show::show_create(self, &kind, &name),
         }
     }
 

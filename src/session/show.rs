@@ -163,3 +163,56 @@ pub(super) fn describe(session: &Session, name: &ObjectName) -> Result<Outcome> 
         batches: vec![batch],
     })
 }
+
+/// `SHOW CREATE ...`: the statement that would create the object again.
+pub(super) fn show_create(session: &Session, kind: &str, name: &str) -> Result<Outcome> {
+    let rel = session
+        .engine
+        .catalog
+        .get(name)
+        .filter(|r| r.kind.sql_name() == kind)
+        .ok_or_else(|| {
+            EddyError::new(
+                crate::error::sqlstate::UNDEFINED_TABLE,
+                format!("{kind} \"{name}\" does not exist"),
+            )
+        })?;
+    let sql = match rel.kind {
+        RelationKind::View => format!("CREATE VIEW {} AS {}", rel.name, rel.definition),
+        RelationKind::MaterializedView => {
+            format!(
+                "CREATE MATERIALIZED VIEW {} AS {}",
+                rel.name, rel.definition
+            )
+        }
+        RelationKind::Sink => {
+            let options: Vec<String> = rel
+                .options
+                .iter()
+                .map(|(k, v)| format!("{k} = '{}'", v.replace('\'', "''")))
+                .collect();
+            format!(
+                "CREATE SINK {} AS {} WITH ({})",
+                rel.name,
+                rel.definition,
+                options.join(", ")
+            )
+        }
+        RelationKind::Table | RelationKind::Source => rel.definition.clone(),
+    };
+    let schema = Arc::new(Schema::new(vec![
+        Field::new("Name", DataType::Utf8, false),
+        Field::new("Create Sql", DataType::Utf8, false),
+    ]));
+    let batch = RecordBatch::try_new(
+        schema.clone(),
+        vec![
+            Arc::new(StringArray::from(vec![rel.name.clone()])),
+            Arc::new(StringArray::from(vec![sql])),
+        ],
+    )?;
+    Ok(Outcome::Rows {
+        schema,
+        batches: vec![batch],
+    })
+}

@@ -15,9 +15,20 @@ pub use source::CreateSource;
 pub enum EddyStatement {
     User(UserStatement),
     CreateSource(CreateSource),
-    DropSource { names: Vec<String>, if_exists: bool },
+    DropSource {
+        names: Vec<String>,
+        if_exists: bool,
+    },
     CreateSink(CreateSink),
-    DropSink { names: Vec<String>, if_exists: bool },
+    DropSink {
+        names: Vec<String>,
+        if_exists: bool,
+    },
+    /// `SHOW CREATE {TABLE | VIEW | MATERIALIZED VIEW | SOURCE | SINK} name`.
+    ShowCreate {
+        kind: String,
+        name: String,
+    },
 }
 
 /// `Some` when `sql` is one of Eddy's own statements.
@@ -30,6 +41,9 @@ pub fn parse_eddy_statement(sql: &str) -> Option<Result<EddyStatement>> {
     }
     if let Some(sink) = sink::parse_create_sink(sql) {
         return Some(sink.map(EddyStatement::CreateSink));
+    }
+    if let Some(show) = parse_show_create(sql) {
+        return Some(show);
     }
     source::parse_drop(sql)
 }
@@ -85,6 +99,48 @@ pub fn parse_user_statement(sql: &str) -> Option<Result<UserStatement>> {
         )));
     }
     Some(parse_tokens(&verb, &tokens[2..]))
+}
+
+fn parse_show_create(sql: &str) -> Option<Result<EddyStatement>> {
+    use source::{identifier, is_word, significant_tokens};
+    let tokens = significant_tokens(sql).ok()?;
+    if !(is_word(tokens.first(), "show") && is_word(tokens.get(1), "create")) {
+        return None;
+    }
+    let (kind, at) = if is_word(tokens.get(2), "materialized") && is_word(tokens.get(3), "view") {
+        ("materialized view", 4)
+    } else if ["table", "view", "source", "sink"]
+        .iter()
+        .any(|k| is_word(tokens.get(2), k))
+    {
+        match &tokens[2] {
+            Token::Word(w) => (
+                match w.value.to_ascii_lowercase().as_str() {
+                    "table" => "table",
+                    "view" => "view",
+                    "source" => "source",
+                    _ => "sink",
+                },
+                3,
+            ),
+            _ => return None,
+        }
+    } else {
+        return None;
+    };
+    Some(identifier(tokens.get(at)).and_then(|name| {
+        if tokens.len() > at + 1 {
+            Err(EddyError::syntax(format!(
+                "unexpected {} in SHOW CREATE",
+                tokens[at + 1]
+            )))
+        } else {
+            Ok(EddyStatement::ShowCreate {
+                kind: kind.to_string(),
+                name,
+            })
+        }
+    }))
 }
 
 fn name_of(t: Option<&Token>) -> Result<String> {
