@@ -289,6 +289,18 @@ const NEXMARK_VIEWS: &[(&str, &str, Option<&str>)] = &[
              count(*) AS n FROM s GROUP BY 1, 2, 3",
         ),
     ),
+    // Hopping windows: every bid counts in the three 3-second windows that hold it.
+    (
+        "hopping",
+        "SELECT window_start, count(*) AS n, max(price) AS top FROM HOP(s, date_time, INTERVAL '1' SECOND, INTERVAL '3' SECOND) GROUP BY window_start",
+        Some(
+            "SELECT ws AS window_start, count(*) AS n, max(price) AS top FROM ( \
+             SELECT date_bin(INTERVAL '1' SECOND, date_time, TIMESTAMP '1970-01-01 00:00:00') AS ws, price FROM s \
+             UNION ALL SELECT date_bin(INTERVAL '1' SECOND, date_time, TIMESTAMP '1970-01-01 00:00:00') - INTERVAL '1' SECOND, price FROM s \
+             UNION ALL SELECT date_bin(INTERVAL '1' SECOND, date_time, TIMESTAMP '1970-01-01 00:00:00') - INTERVAL '2' SECOND, price FROM s \
+             ) w GROUP BY ws",
+        ),
+    ),
 ];
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -1,5 +1,6 @@
 //! SQL functions Eddy adds to DataFusion's, mostly for what clients ask at connect time.
 
+use arrow::array::{Array, AsArray};
 use arrow::datatypes::DataType;
 use datafusion::common::ScalarValue;
 use datafusion::execution::context::SessionContext;
@@ -53,6 +54,9 @@ pub fn register(ctx: &SessionContext) {
     ] {
         ctx.register_udf(null_text(name));
     }
+    ctx.register_udf(ScalarUDF::new_from_impl(HopWindowStarts {
+        signature: Signature::variadic_any(Volatility::Immutable),
+    }));
     ctx.register_udf(ScalarUDF::new_from_impl(JsonBuildObject {
         signature: Signature::variadic_any(Volatility::Stable),
     }));
@@ -195,5 +199,112 @@ fn scalar_json(v: &ScalarValue) -> serde_json::Value {
             .map(Value::Number)
             .unwrap_or(Value::Null),
         other => Value::String(scalar_text(other).unwrap_or_default()),
+    }
+}
+
+/// `hop_window_starts(ts, slide, size [, offset])`: the starts of every hopping window of
+/// `size`, sliding by `slide` (aligned to the Unix epoch plus `offset`), that contains
+/// `ts`, in ascending order. `HOP(...)` in `FROM` is rewritten to unnest it.
+#[derive(Debug, PartialEq, Eq, Hash)]
+struct HopWindowStarts {
+    signature: Signature,
+}
+
+/// An interval argument in microseconds; months have no fixed length and are refused.
+fn interval_micros(v: &ColumnarValue, what: &str) -> datafusion::common::Result<i64> {
+    let ColumnarValue::Scalar(s) = v else {
+        return datafusion::common::plan_err!(
+            "the {what} of a HOP window must be a constant interval"
+        );
+    };
+    match s.cast_to(&DataType::Interval(
+        arrow::datatypes::IntervalUnit::MonthDayNano,
+    ))? {
+        ScalarValue::IntervalMonthDayNano(Some(i)) if i.months == 0 => {
+            Ok(i.days as i64 * 86_400_000_000 + i.nanoseconds / 1000)
+        }
+        _ => datafusion::common::plan_err!(
+            "the {what} of a HOP window must be a fixed interval (days, hours, minutes, seconds)"
+        ),
+    }
+}
+
+impl ScalarUDFImpl for HopWindowStarts {
+    fn name(&self) -> &str {
+        "hop_window_starts"
+    }
+
+    fn signature(&self) -> &Signature {
+        &self.signature
+    }
+
+    fn return_type(&self, args: &[DataType]) -> datafusion::common::Result<DataType> {
+        let item = match args.first() {
+            Some(DataType::Timestamp(_, tz)) => {
+                DataType::Timestamp(arrow::datatypes::TimeUnit::Microsecond, tz.clone())
+            }
+            _ => return datafusion::common::plan_err!("HOP needs a timestamp column"),
+        };
+        Ok(DataType::List(Arc::new(
+            arrow::datatypes::Field::new_list_field(item, true),
+        )))
+    }
+
+    fn invoke_with_args(
+        &self,
+        args: ScalarFunctionArgs,
+    ) -> datafusion::common::Result<ColumnarValue> {
+        let slide = interval_micros(&args.args[1], "slide")?;
+        let size = interval_micros(&args.args[2], "size")?;
+        let offset = match args.args.get(3) {
+            Some(o) => interval_micros(o, "offset")?,
+            None => 0,
+        };
+        if slide <= 0 || size <= 0 {
+            return datafusion::common::plan_err!("HOP slide and size must be positive");
+        }
+        let item_type = match self.return_type(&[args.args[0].data_type()])? {
+            DataType::List(f) => f.data_type().clone(),
+            _ => unreachable!("return_type is a list"),
+        };
+        let times = args.args[0].to_array(args.number_rows)?;
+        let times = arrow::compute::cast(
+            &times,
+            &DataType::Timestamp(arrow::datatypes::TimeUnit::Microsecond, None),
+        )?;
+        let times = times.as_primitive::<arrow::datatypes::TimestampMicrosecondType>();
+        let mut offsets = vec![0i32];
+        let mut starts: Vec<i64> = Vec::new();
+        let mut nulls = Vec::with_capacity(times.len());
+        for i in 0..times.len() {
+            if times.is_null(i) {
+                nulls.push(false);
+            } else {
+                nulls.push(true);
+                let ts = times.value(i);
+                let last = (ts - offset).div_euclid(slide) * slide + offset;
+                let mut first = last;
+                while first - slide + size > ts {
+                    first -= slide;
+                }
+                let mut w = first;
+                while w <= last {
+                    starts.push(w);
+                    w += slide;
+                }
+            }
+            offsets.push(starts.len() as i32);
+        }
+        let values = arrow::compute::cast(
+            &arrow::array::TimestampMicrosecondArray::from(starts),
+            &item_type,
+        )?;
+        let list = arrow::array::ListArray::try_new(
+            Arc::new(arrow::datatypes::Field::new_list_field(item_type, true)),
+            arrow::buffer::OffsetBuffer::new(offsets.into()),
+            values,
+            Some(arrow::buffer::NullBuffer::from(nulls)),
+        )?;
+        Ok(ColumnarValue::Array(Arc::new(list)))
     }
 }

@@ -18,6 +18,8 @@
 //!   relation's columns plus `window_start = date_bin(size, time_col, epoch + offset)` and
 //!   `window_end = window_start + size`. Tumbling windows are a projection, so batch
 //!   queries and streaming jobs both plan it with no special operator.
+//! - `HOP(relation, time_col, slide, size [, offset])`: every row once per hopping window
+//!   it falls in, by unnesting `hop_window_starts(...)`.
 //! - `unnest(indkey)` / `generate_subscripts(indkey, 1)`: `pg_index.indkey` is an
 //!   `int2vector` in PostgreSQL but text (`"1 2"`) in the catalog tables, so it is split
 //!   into a `smallint[]` first.
@@ -366,23 +368,29 @@ impl VisitorMut for WindowFunctions {
             _ => return ControlFlow::Continue(()),
         };
         let function = name.to_string().to_ascii_lowercase();
-        if function != "tumble" {
-            return ControlFlow::Continue(());
-        }
-        let (relation, time, size, offset) = match args.as_slice() {
-            [r, t, s] => (r, t, s, None),
-            [r, t, s, o] => (r, t, s, Some(o)),
-            // Leave it for the planner to report the wrong arity.
+        let (relation, sql) = match (function.as_str(), args.as_slice()) {
+            ("tumble", [relation, time, size, rest @ ..]) if rest.len() <= 1 => {
+                let origin = match rest.first() {
+                    Some(o) => format!("(TIMESTAMP '1970-01-01 00:00:00' + {o})"),
+                    None => "TIMESTAMP '1970-01-01 00:00:00'".to_string(),
+                };
+                let start = format!("date_bin({size}, {time}, {origin})");
+                let sql = format!(
+                    "SELECT *, {start} AS window_start, {start} + {size} AS window_end FROM {relation}"
+                );
+                (relation, sql)
+            }
+            ("hop", [relation, time, slide, size, rest @ ..]) if rest.len() <= 1 => {
+                let offset = rest.first().map(|o| format!(", {o}")).unwrap_or_default();
+                let sql = format!(
+                    "SELECT *, window_start + {size} AS window_end FROM \
+                     (SELECT *, unnest(hop_window_starts({time}, {slide}, {size}{offset})) AS window_start FROM {relation}) AS hop_inner"
+                );
+                (relation, sql)
+            }
+            // Not a window function, or the wrong arity, which the planner then reports.
             _ => return ControlFlow::Continue(()),
         };
-        let origin = match offset {
-            Some(o) => format!("(TIMESTAMP '1970-01-01 00:00:00' + {o})"),
-            None => "TIMESTAMP '1970-01-01 00:00:00'".to_string(),
-        };
-        let start = format!("date_bin({size}, {time}, {origin})");
-        let sql = format!(
-            "SELECT *, {start} AS window_start, {start} + {size} AS window_end FROM {relation}"
-        );
         let Ok(Some(Statement::Query(query))) = Parser::new(&PostgreSqlDialect {})
             .try_with_sql(&sql)
             .and_then(|mut p| p.parse_statement())

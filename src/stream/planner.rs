@@ -131,6 +131,25 @@ fn visit(plan: &LogicalPlan, catalog: &Catalog) -> Result<Partial> {
             Ok(p)
         }
         LogicalPlan::SubqueryAlias(alias) => visit(&alias.input, catalog),
+        LogicalPlan::Unnest(unnest) => {
+            let mut p = visit(&unnest.input, catalog)?;
+            if p.agg.is_some() {
+                return Err(unsupported("unnest after an aggregate"));
+            }
+            let [(list_column, list)] = unnest.list_type_columns.as_slice() else {
+                return Err(unsupported("unnest of several lists"));
+            };
+            if list.depth != 1 || !unnest.struct_type_columns.is_empty() {
+                return Err(unsupported("nested or struct unnest"));
+            }
+            p.operators
+                .push(Box::new(super::operators::unnest::Unnest::new(
+                    *list_column,
+                    unnest.dependency_indices.clone(),
+                    Arc::new(unnest.schema.as_arrow().clone()),
+                )));
+            Ok(p)
+        }
         LogicalPlan::Aggregate(aggregate) => {
             let mut p = visit(&aggregate.input, catalog)?;
             if p.agg.is_some() {

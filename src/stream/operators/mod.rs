@@ -4,6 +4,7 @@
 pub mod filter;
 pub mod hash_agg;
 pub mod project;
+pub mod unnest;
 
 use super::StreamChunk;
 use crate::error::Result;
