@@ -37,6 +37,10 @@ const VIEWS: &[(&str, &str)] = &[
         "by_expr",
         "SELECT id % 5 AS bucket, k > 3 AS high, count(*) AS n FROM s GROUP BY id % 5, k > 3",
     ),
+    (
+        "distinct_counts",
+        "SELECT k, count(DISTINCT name) AS names, count(DISTINCT id % 100) AS buckets FROM s GROUP BY k",
+    ),
 ];
 
 async fn wait_for_jobs(client: &tokio_postgres::Client, count: usize) {

@@ -143,7 +143,19 @@ impl Engine {
     pub async fn plan_streaming_query(&self, sql: &str) -> Result<LogicalPlan> {
         let state = self.ctx.state();
         let plan = state.create_logical_plan(sql).await?;
-        Ok(state.optimize(&plan)?)
+        // DataFusion's rules, less those whose output a streaming job cannot run:
+        // `count(DISTINCT x)` stays an aggregate (HashAgg counts distinct values itself)
+        // instead of becoming an aggregate over an aggregate.
+        let rules = datafusion::optimizer::Optimizer::new()
+            .rules
+            .into_iter()
+            .filter(|r| r.name() != "single_distinct_aggregation_to_group_by")
+            .collect();
+        let streaming =
+            datafusion::execution::session_state::SessionStateBuilder::new_from_existing(state)
+                .with_optimizer_rules(rules)
+                .build();
+        Ok(streaming.optimize(&plan)?)
     }
 
     pub fn parse(&self, sql: &str) -> Result<Vec<Statement>> {
@@ -363,6 +375,9 @@ impl Session {
             EddyStatement::CreateSink(s) => sinks::create(self, s).await,
             EddyStatement::DropSink { names, if_exists } => sinks::drop(self, names, if_exists),
             EddyStatement::ShowCreate { kind, name } => show::show_create(self, &kind, &name),
+            // Table writes are applied before their statement returns, and no view reads a
+            // table yet, so everything written before FLUSH is already visible.
+            EddyStatement::Flush => Ok(Outcome::Command("FLUSH".into())),
         }
     }
 

@@ -29,6 +29,8 @@ pub enum EddyStatement {
         kind: String,
         name: String,
     },
+    /// `FLUSH`: wait until earlier writes are visible everywhere.
+    Flush,
 }
 
 /// `Some` when `sql` is one of Eddy's own statements.
@@ -44,6 +46,14 @@ pub fn parse_eddy_statement(sql: &str) -> Option<Result<EddyStatement>> {
     }
     if let Some(show) = parse_show_create(sql) {
         return Some(show);
+    }
+    if sql
+        .trim()
+        .trim_end_matches(';')
+        .trim()
+        .eq_ignore_ascii_case("flush")
+    {
+        return Some(Ok(EddyStatement::Flush));
     }
     source::parse_drop(sql)
 }

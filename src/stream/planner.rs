@@ -218,8 +218,9 @@ fn agg_call(
         return Err(unsupported(&format!("aggregate expression {expr}")));
     };
     let params = &f.params;
-    if params.distinct {
-        return Err(unsupported("count(DISTINCT ...)"));
+    let name_lower = f.func.name().to_ascii_lowercase();
+    if params.distinct && name_lower != "count" {
+        return Err(unsupported(&format!("{name_lower}(DISTINCT ...)")));
     }
     if params.filter.is_some() || !params.order_by.is_empty() {
         return Err(unsupported("an aggregate FILTER or ORDER BY"));
@@ -238,10 +239,10 @@ fn agg_call(
         [a] => Some(physical(a, schema)?),
         _ => return Err(unsupported(&format!("{name} with several arguments"))),
     };
-    let kind = if kind == AggKind::Count && arg.is_none() {
-        AggKind::CountStar
-    } else {
-        kind
+    let kind = match (kind, params.distinct, arg.is_some()) {
+        (AggKind::Count, true, true) => AggKind::CountDistinct,
+        (AggKind::Count, _, false) => AggKind::CountStar,
+        (kind, _, _) => kind,
     };
     Ok(AggCall {
         kind,

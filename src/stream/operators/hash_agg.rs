@@ -25,6 +25,7 @@ use std::sync::Arc;
 pub enum AggKind {
     CountStar,
     Count,
+    CountDistinct,
     Sum,
     Min,
     Max,
@@ -51,6 +52,8 @@ enum AggState {
     IntSum(Vec<i128>, Vec<i64>),
     FloatSum(Vec<f64>, Vec<i64>),
     Extreme(Vec<Option<ScalarValue>>, bool),
+    /// The distinct non-null values seen per group (memcomparable), for `count(DISTINCT)`.
+    Distinct(Vec<std::collections::HashSet<Vec<u8>>>),
 }
 
 pub struct HashAgg {
@@ -91,6 +94,7 @@ impl HashAgg {
             .iter()
             .map(|c| match c.kind {
                 AggKind::CountStar | AggKind::Count => AggState::Count(vec![]),
+                AggKind::CountDistinct => AggState::Distinct(vec![]),
                 AggKind::Sum | AggKind::Avg => {
                     if c.output_type.is_floating() || c.kind == AggKind::Avg {
                         AggState::FloatSum(vec![], vec![])
@@ -143,6 +147,7 @@ impl HashAgg {
                             n.push(0);
                         }
                         AggState::Extreme(v, _) => v.push(None),
+                        AggState::Distinct(v) => v.push(Default::default()),
                     }
                 }
             }
@@ -183,6 +188,15 @@ impl HashAgg {
                         if a.is_valid(i) {
                             sums[*g] += a.value(i);
                             n[*g] += 1;
+                        }
+                    }
+                }
+                (AggState::Distinct(sets), Some(a)) => {
+                    let codec = RowConverter::new(vec![SortField::new(a.data_type().clone())])?;
+                    let rows = codec.convert_columns(std::slice::from_ref(&a))?;
+                    for (i, g) in ids.iter().enumerate() {
+                        if a.is_valid(i) {
+                            sets[*g].insert(rows.row(i).as_ref().to_vec());
                         }
                     }
                 }
@@ -233,6 +247,9 @@ impl HashAgg {
                 AggState::Count(c) => {
                     Arc::new(Int64Array::from_iter_values(groups.iter().map(|g| c[*g])))
                 }
+                AggState::Distinct(sets) => Arc::new(Int64Array::from_iter_values(
+                    groups.iter().map(|g| sets[*g].len() as i64),
+                )),
                 AggState::IntSum(s, n) => {
                     let values: Vec<Option<i128>> = groups
                         .iter()
