@@ -41,6 +41,42 @@ const VIEWS: &[(&str, &str)] = &[
         "distinct_counts",
         "SELECT k, count(DISTINCT name) AS names, count(DISTINCT id % 100) AS buckets FROM s GROUP BY k",
     ),
+    (
+        "case_buckets",
+        "SELECT CASE WHEN v < -5 THEN 'low' WHEN v < 5 THEN 'mid' ELSE 'high' END AS band, count(*) AS n, sum(k) AS ks FROM s GROUP BY 1",
+    ),
+    (
+        "casts",
+        "SELECT id, CAST(v AS INT) AS vi, CAST(k AS VARCHAR) || name AS label FROM s WHERE id < 500",
+    ),
+    (
+        "subquery_in_from",
+        "SELECT half, count(*) AS n, max(id) AS top FROM (SELECT id, id % 2 = 0 AS half FROM s WHERE k > 2) AS t GROUP BY half",
+    ),
+    (
+        "distinct_rows",
+        "SELECT DISTINCT k, length(name) AS len FROM s",
+    ),
+    (
+        "global_having",
+        "SELECT count(*) AS n FROM s HAVING count(*) > 100",
+    ),
+    (
+        "filtered_global",
+        "SELECT min(id) AS lo, max(id) AS hi, avg(k) AS mean FROM s WHERE name LIKE 'a%'",
+    ),
+    (
+        "string_agg_keys",
+        "SELECT substr(name, 1, 1) AS initial, count(*) AS n FROM s GROUP BY substr(name, 1, 1)",
+    ),
+    (
+        "nulls_and_coalesce",
+        "SELECT k, count(NULLIF(k, 3)) AS not_three, sum(CASE WHEN v > 0 THEN 1 ELSE 0 END) AS positive FROM s GROUP BY k",
+    ),
+    (
+        "arith",
+        "SELECT id * 2 + k AS x, abs(v) AS av, round(v) AS rv FROM s WHERE id % 97 = 0",
+    ),
 ];
 
 async fn wait_for_jobs(client: &tokio_postgres::Client, count: usize) {
