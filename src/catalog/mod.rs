@@ -178,6 +178,49 @@ impl Catalog {
         self.state.read().relations.keys().cloned().collect()
     }
 
+    /// Names of the relations of one kind, sorted (for `SHOW SOURCES` and friends).
+    pub fn names_of_kind(&self, kind: RelationKind) -> Vec<String> {
+        self.state
+            .read()
+            .relations
+            .values()
+            .filter(|r| r.kind == kind)
+            .map(|r| r.name.clone())
+            .collect()
+    }
+
+    /// The relations a `DROP <kind> [IF EXISTS] names` statement names, checked before
+    /// any is dropped so that a failing statement drops none. A missing name is an error
+    /// with SQLSTATE `missing` (unless `if_exists`); a relation of another kind is 42809.
+    pub fn resolve_drop(
+        &self,
+        names: &[String],
+        kind: RelationKind,
+        if_exists: bool,
+        missing: &'static str,
+    ) -> Result<Vec<Relation>> {
+        let mut found = Vec::new();
+        for name in names {
+            match self.get(name) {
+                None if if_exists => continue,
+                None => {
+                    return Err(EddyError::new(
+                        missing,
+                        format!("{} \"{name}\" does not exist", kind.sql_name()),
+                    ));
+                }
+                Some(rel) if rel.kind != kind => {
+                    return Err(EddyError::new(
+                        sqlstate::WRONG_OBJECT_TYPE,
+                        format!("\"{name}\" is not a {}", kind.sql_name()),
+                    ));
+                }
+                Some(rel) => found.push(rel),
+            }
+        }
+        Ok(found)
+    }
+
     /// Adds a relation, assigning its id. Fails if the name is taken.
     pub fn create_relation(&self, mut rel: Relation) -> Result<Relation> {
         let mut state = self.state.write();

@@ -311,7 +311,8 @@ impl DataSink for TableSink {
         let mut count = 0u64;
         while let Some(batch) = data.next().await {
             let batch = batch?;
-            let batch = conform(&batch, self.table.schema())?;
+            let batch = crate::state::state_table::conform(&batch, self.table.schema())
+                .map_err(EddyError::into_datafusion)?;
             count += self
                 .table
                 .upsert(&batch)
@@ -319,30 +320,4 @@ impl DataSink for TableSink {
         }
         Ok(count)
     }
-}
-
-/// Casts an incoming batch to the table's exact column types.
-fn conform(batch: &RecordBatch, schema: &SchemaRef) -> DFResult<RecordBatch> {
-    let columns = batch
-        .columns()
-        .iter()
-        .zip(schema.fields())
-        .map(|(c, f)| {
-            if c.data_type() == f.data_type() {
-                Ok(c.clone())
-            } else {
-                cast(c, f.data_type())
-            }
-        })
-        .collect::<Result<Vec<_>, _>>()?;
-    // Nullability is checked by the state table with a proper error; build the batch with
-    // a nullable view of the schema so a NULL reaches that check.
-    let relaxed = Arc::new(Schema::new(
-        schema
-            .fields()
-            .iter()
-            .map(|f| f.as_ref().clone().with_nullable(true))
-            .collect::<Vec<_>>(),
-    ));
-    Ok(RecordBatch::try_new(relaxed, columns)?)
 }

@@ -294,22 +294,11 @@ pub(super) async fn drop(
         ));
     }
     let catalog = &session.engine.catalog;
-    // Check every name first so a failing DROP of several objects drops none.
-    let mut to_drop = Vec::new();
-    for name in &names {
-        let name = relation_name(name)?;
-        match catalog.get(&name) {
-            None if if_exists => continue,
-            None => return Err(EddyError::undefined_table(&name)),
-            Some(rel) if rel.kind != kind => {
-                return Err(EddyError::new(
-                    sqlstate::WRONG_OBJECT_TYPE,
-                    format!("\"{name}\" is not a {}", kind.sql_name()),
-                ));
-            }
-            Some(rel) => to_drop.push(rel),
-        }
-    }
+    let names = names
+        .iter()
+        .map(relation_name)
+        .collect::<Result<Vec<_>>>()?;
+    let to_drop = catalog.resolve_drop(&names, kind, if_exists, sqlstate::UNDEFINED_TABLE)?;
     for rel in to_drop {
         catalog.drop_relation(&rel.name)?;
         if rel.kind == RelationKind::Table {

@@ -97,27 +97,16 @@ pub(super) async fn drop(
     if_exists: bool,
 ) -> Result<Outcome> {
     let engine = &session.engine;
-    let mut to_drop = Vec::new();
-    for name in names {
-        let name = relation_name(name)?;
-        match engine.catalog.get(&name) {
-            None if if_exists => continue,
-            None => {
-                return Err(EddyError::new(
-                    sqlstate::UNDEFINED_TABLE,
-                    format!("materialized view \"{name}\" does not exist"),
-                ));
-            }
-            Some(rel) if rel.kind != RelationKind::MaterializedView => {
-                return Err(EddyError::new(
-                    sqlstate::WRONG_OBJECT_TYPE,
-                    format!("\"{name}\" is not a materialized view"),
-                ));
-            }
-            Some(rel) => to_drop.push(rel),
-        }
-    }
-    for rel in to_drop {
+    let names = names
+        .iter()
+        .map(relation_name)
+        .collect::<Result<Vec<_>>>()?;
+    for rel in engine.catalog.resolve_drop(
+        &names,
+        RelationKind::MaterializedView,
+        if_exists,
+        sqlstate::UNDEFINED_TABLE,
+    )? {
         engine.catalog.drop_relation(&rel.name)?;
         engine.jobs.stop(&rel.name);
         let table = engine.schema_provider.state_table_for(&rel)?;
@@ -128,15 +117,13 @@ pub(super) async fn drop(
 }
 
 pub(super) fn show(session: &Session) -> Result<Outcome> {
-    let names = session
-        .engine
-        .catalog
-        .relations()
-        .into_iter()
-        .filter(|r| r.kind == RelationKind::MaterializedView)
-        .map(|r| r.name)
-        .collect();
-    text_rows("Name", names)
+    text_rows(
+        "Name",
+        session
+            .engine
+            .catalog
+            .names_of_kind(RelationKind::MaterializedView),
+    )
 }
 
 /// Starts the job of every materialized view and sink, from the beginning (see the

@@ -100,15 +100,10 @@ pub(super) fn show_variable(session: &Session, variable: &[Ident]) -> Result<Out
 }
 
 pub(super) fn show_tables(session: &Session) -> Result<Outcome> {
-    let names = session
-        .engine
-        .catalog
-        .relations()
-        .into_iter()
-        .filter(|r| r.kind == RelationKind::Table)
-        .map(|r| r.name)
-        .collect();
-    text_rows("Name", names)
+    text_rows(
+        "Name",
+        session.engine.catalog.names_of_kind(RelationKind::Table),
+    )
 }
 
 pub(super) fn describe(session: &Session, name: &ObjectName) -> Result<Outcome> {

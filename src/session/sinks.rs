@@ -68,26 +68,12 @@ pub(super) async fn create(session: &Session, sink: CreateSink) -> Result<Outcom
 
 pub(super) fn drop(session: &Session, names: Vec<String>, if_exists: bool) -> Result<Outcome> {
     let engine = &session.engine;
-    let mut to_drop = Vec::new();
-    for name in names {
-        match engine.catalog.get(&name) {
-            None if if_exists => continue,
-            None => {
-                return Err(EddyError::new(
-                    sqlstate::UNDEFINED_OBJECT,
-                    format!("sink \"{name}\" does not exist"),
-                ));
-            }
-            Some(rel) if rel.kind != RelationKind::Sink => {
-                return Err(EddyError::new(
-                    sqlstate::WRONG_OBJECT_TYPE,
-                    format!("\"{name}\" is not a sink"),
-                ));
-            }
-            Some(rel) => to_drop.push(rel),
-        }
-    }
-    for rel in to_drop {
+    for rel in engine.catalog.resolve_drop(
+        &names,
+        RelationKind::Sink,
+        if_exists,
+        sqlstate::UNDEFINED_OBJECT,
+    )? {
         engine.catalog.drop_relation(&rel.name)?;
         engine.jobs.stop(&rel.name);
     }

@@ -124,39 +124,20 @@ pub(super) fn drop_sources(
     if_exists: bool,
 ) -> Result<Outcome> {
     let catalog = &session.engine.catalog;
-    let mut to_drop = Vec::new();
-    for name in names {
-        match catalog.get(&name) {
-            None if if_exists => continue,
-            None => {
-                return Err(EddyError::new(
-                    sqlstate::UNDEFINED_OBJECT,
-                    format!("source \"{name}\" does not exist"),
-                ));
-            }
-            Some(rel) if rel.kind != RelationKind::Source => {
-                return Err(EddyError::new(
-                    sqlstate::WRONG_OBJECT_TYPE,
-                    format!("\"{name}\" is not a source"),
-                ));
-            }
-            Some(rel) => to_drop.push(rel),
-        }
-    }
-    for rel in to_drop {
+    for rel in catalog.resolve_drop(
+        &names,
+        RelationKind::Source,
+        if_exists,
+        sqlstate::UNDEFINED_OBJECT,
+    )? {
         catalog.drop_relation(&rel.name)?;
     }
     Ok(Outcome::Command("DROP SOURCE".into()))
 }
 
 pub(super) fn show_sources(session: &Session) -> Result<Outcome> {
-    let names = session
-        .engine
-        .catalog
-        .relations()
-        .into_iter()
-        .filter(|r| r.kind == RelationKind::Source)
-        .map(|r| r.name)
-        .collect();
-    text_rows("Name", names)
+    text_rows(
+        "Name",
+        session.engine.catalog.names_of_kind(RelationKind::Source),
+    )
 }

@@ -23,6 +23,36 @@ pub struct ScannedBatch {
     pub batch: RecordBatch,
 }
 
+/// Casts a batch to `schema`'s column types (expressions may yield another layout of the
+/// same type, such as `Utf8View` for text), keeping every column nullable so that a NULL
+/// in a `NOT NULL` column reaches [`StateTable::check_not_null`] and its proper error.
+pub fn conform(batch: &RecordBatch, schema: &SchemaRef) -> Result<RecordBatch> {
+    let columns = batch
+        .columns()
+        .iter()
+        .zip(schema.fields())
+        .map(|(c, f)| {
+            if c.data_type() == f.data_type() {
+                Ok(c.clone())
+            } else {
+                Ok(arrow::compute::cast(c, f.data_type())?)
+            }
+        })
+        .collect::<Result<Vec<_>>>()?;
+    let relaxed = Arc::new(arrow::datatypes::Schema::new(
+        schema
+            .fields()
+            .iter()
+            .map(|f| f.as_ref().clone().with_nullable(true))
+            .collect::<Vec<_>>(),
+    ));
+    Ok(RecordBatch::try_new_with_options(
+        relaxed,
+        columns,
+        &arrow::array::RecordBatchOptions::new().with_row_count(Some(batch.num_rows())),
+    )?)
+}
+
 pub struct StateTable {
     table_id: u32,
     schema: SchemaRef,

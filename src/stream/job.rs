@@ -177,34 +177,7 @@ async fn run(
 /// Writes a chunk into the view's state: keyed rows replace or delete their key; rows
 /// of an append-only view are added.
 fn materialize(view: &StateTable, chunk: &StreamChunk) -> Result<()> {
-    // Expressions may produce other layouts of the same type (`Utf8View` for text);
-    // the view stores its declared types.
-    let schema = view.schema();
-    let columns = chunk
-        .batch
-        .columns()
-        .iter()
-        .zip(schema.fields())
-        .map(|(c, f)| {
-            if c.data_type() == f.data_type() {
-                Ok(c.clone())
-            } else {
-                Ok(arrow::compute::cast(c, f.data_type())?)
-            }
-        })
-        .collect::<Result<Vec<_>>>()?;
-    let batch = arrow::array::RecordBatch::try_new_with_options(
-        Arc::new(arrow::datatypes::Schema::new(
-            schema
-                .fields()
-                .iter()
-                .map(|f| f.as_ref().clone().with_nullable(true))
-                .collect::<Vec<_>>(),
-        )),
-        columns,
-        &arrow::array::RecordBatchOptions::new().with_row_count(Some(chunk.num_rows())),
-    )?;
-
+    let batch = crate::state::state_table::conform(&chunk.batch, view.schema())?;
     match &chunk.keys {
         Some(keys) => {
             let deletes: Vec<bool> = chunk
