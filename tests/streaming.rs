@@ -394,3 +394,70 @@ async fn nexmark_views_match_batch_results() {
     .await;
     assert_eq!(read, vec![vec!["27600".to_string()]]);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn file_sources_skip_and_count_malformed_lines() {
+    let dir = tempfile::tempdir().unwrap();
+    let csv_dir = dir.path().join("csv");
+    std::fs::create_dir(&csv_dir).unwrap();
+    std::fs::write(
+        csv_dir.join("a.csv"),
+        "sensor,value\na,1.5\nb,2\nbad,not-a-number\n",
+    )
+    .unwrap();
+    std::fs::write(
+        csv_dir.join("b.csv"),
+        "sensor,value\na,3.5\ntoo,many,fields\n\"c, quoted\",4\n",
+    )
+    .unwrap();
+    let json = dir.path().join("events.jsonl");
+    std::fs::write(&json, "{\"sensor\": \"a\", \"value\": 10}\n{broken json\n{\"sensor\": \"b\", \"value\": 1.25}\n[1, 2]\n").unwrap();
+
+    let server = TestServer::start();
+    let client = server.connect().await;
+    client
+        .batch_execute(&format!(
+            "CREATE SOURCE readings (sensor VARCHAR, value DOUBLE PRECISION) \
+             WITH (connector = 'file', path = '{}') FORMAT PLAIN ENCODE CSV;
+             CREATE SOURCE events (sensor VARCHAR, value DOUBLE PRECISION) \
+             WITH (connector = 'file', path = '{}') FORMAT PLAIN ENCODE JSON;
+             CREATE MATERIALIZED VIEW totals AS SELECT sensor, sum(value) AS total, count(*) AS n FROM readings GROUP BY sensor;
+             CREATE MATERIALIZED VIEW json_totals AS SELECT sensor, sum(value) AS total FROM events GROUP BY sensor;",
+            csv_dir.display(),
+            json.display()
+        ))
+        .await
+        .unwrap();
+    wait_for_jobs(&client, 2).await;
+    assert_eq!(
+        view_rows(&client, "SELECT * FROM totals").await,
+        vec![
+            vec!["a".to_string(), "5".into(), "2".into()],
+            vec!["b".into(), "2".into(), "1".into()],
+            vec!["c, quoted".into(), "4".into(), "1".into()],
+        ]
+    );
+    assert_eq!(
+        view_rows(&client, "SELECT * FROM json_totals").await,
+        vec![
+            vec!["a".to_string(), "10".into()],
+            vec!["b".into(), "1.25".into()]
+        ]
+    );
+    assert_eq!(
+        view_rows(
+            &client,
+            "SELECT name, rows_read, malformed_rows FROM eddy_catalog.jobs"
+        )
+        .await,
+        vec![
+            vec!["json_totals".to_string(), "2".into(), "2".into()],
+            vec!["totals".into(), "4".into(), "2".into()],
+        ]
+    );
+    let err = client
+        .batch_execute("CREATE SOURCE nofile (a INT) WITH (connector = 'file', path = '/nonexistent/x.csv') FORMAT PLAIN ENCODE CSV")
+        .await
+        .unwrap_err();
+    assert_eq!(err.code().map(|c| c.code()), Some("22023"));
+}

@@ -76,6 +76,7 @@ impl TableProvider for JobsTable {
             Field::new("state", DataType::Utf8, false),
             Field::new("rows_read", DataType::Int64, false),
             Field::new("rows_written", DataType::Int64, false),
+            Field::new("malformed_rows", DataType::Int64, false),
             Field::new("started", ts.clone(), false),
             Field::new("finished", ts, true),
             Field::new("error", DataType::Utf8, true),
@@ -111,6 +112,10 @@ impl TableProvider for JobsTable {
                 Arc::new(Int64Array::from_iter_values(
                     jobs.iter()
                         .map(|j| j.rows_written.load(Ordering::Relaxed) as i64),
+                )),
+                Arc::new(Int64Array::from_iter_values(
+                    jobs.iter()
+                        .map(|j| j.malformed_rows.load(Ordering::Relaxed) as i64),
                 )),
                 Arc::new(
                     TimestampMicrosecondArray::from_iter_values(

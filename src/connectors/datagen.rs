@@ -53,7 +53,10 @@ const FIELD_OPTIONS: &[&str] = &["kind", "start", "end", "min", "max", "seed", "
 impl DatagenSpec {
     pub fn from_options(schema: &SchemaRef, options: &BTreeMap<String, String>) -> Result<Self> {
         let invalid = |m: String| EddyError::new(sqlstate::INVALID_PARAMETER_VALUE, m);
-        for key in options.keys() {
+        for key in options
+            .keys()
+            .filter(|k| !matches!(k.as_str(), "format" | "encode") && !k.starts_with("encode."))
+        {
             let known = key == "connector"
                 || key == "datagen.rows.per.second"
                 || key == "datagen.split.num"

@@ -5,7 +5,9 @@
 //! not when a job starts. Each connector produces Arrow batches of the source's schema and
 //! reports its position per split, so a checkpoint can rewind it.
 
+pub mod csv_line;
 pub mod datagen;
+pub mod file;
 pub mod nexmark;
 
 use crate::error::{EddyError, Result, sqlstate};
@@ -17,6 +19,7 @@ use std::collections::BTreeMap;
 pub enum ConnectorSpec {
     Datagen(datagen::DatagenSpec),
     Nexmark(nexmark::NexmarkSpec),
+    File(file::FileSpec),
 }
 
 /// One split of a source, read batch by batch from a position.
@@ -25,6 +28,22 @@ pub trait SplitReader: Send {
     fn next_batch(&mut self, max_rows: usize) -> Result<Option<arrow::array::RecordBatch>>;
     /// Rows read so far: where to resume from.
     fn offset(&self) -> u64;
+    /// Records skipped because they did not fit the schema.
+    fn malformed(&self) -> u64 {
+        0
+    }
+}
+
+impl SplitReader for file::FileSplit {
+    fn next_batch(&mut self, max_rows: usize) -> Result<Option<arrow::array::RecordBatch>> {
+        file::FileSplit::next_batch(self, max_rows)
+    }
+    fn offset(&self) -> u64 {
+        file::FileSplit::offset(self)
+    }
+    fn malformed(&self) -> u64 {
+        file::FileSplit::malformed(self)
+    }
 }
 
 impl SplitReader for datagen::DatagenSplit {
@@ -51,7 +70,7 @@ impl ConnectorSpec {
         let connector = options.get("connector").ok_or_else(|| {
             EddyError::new(
                 sqlstate::INVALID_PARAMETER_VALUE,
-                "a source needs WITH (connector = '...'); available: datagen, nexmark",
+                "a source needs WITH (connector = '...'); available: datagen, nexmark, file",
             )
         })?;
         match connector.to_ascii_lowercase().as_str() {
@@ -61,12 +80,12 @@ impl ConnectorSpec {
             "nexmark" => Ok(ConnectorSpec::Nexmark(nexmark::NexmarkSpec::from_options(
                 schema, options,
             )?)),
-            "file" => Err(EddyError::not_supported(
-                "connector 'file' is not supported yet; available: datagen, nexmark",
-            )),
+            "file" => Ok(ConnectorSpec::File(file::FileSpec::from_options(
+                schema, options,
+            )?)),
             other => Err(EddyError::new(
                 sqlstate::INVALID_PARAMETER_VALUE,
-                format!("unknown connector '{other}'; available: datagen, nexmark"),
+                format!("unknown connector '{other}'; available: datagen, nexmark, file"),
             )),
         }
     }
@@ -80,6 +99,9 @@ impl ConnectorSpec {
             ConnectorSpec::Nexmark(s) => (0..s.splits)
                 .map(|i| Box::new(s.split_reader(i, 0)) as Box<dyn SplitReader>)
                 .collect(),
+            ConnectorSpec::File(s) => (0..s.files.len() as u32)
+                .map(|i| Box::new(s.split_reader(i, 0)) as Box<dyn SplitReader>)
+                .collect(),
         }
     }
 
@@ -88,6 +110,7 @@ impl ConnectorSpec {
         match self {
             ConnectorSpec::Datagen(s) => s.rows_per_second,
             ConnectorSpec::Nexmark(s) => s.rows_per_second(),
+            ConnectorSpec::File(_) => 0,
         }
     }
 }

@@ -95,7 +95,10 @@ impl NexmarkTable {
 impl NexmarkSpec {
     pub fn from_options(schema: &SchemaRef, options: &BTreeMap<String, String>) -> Result<Self> {
         let invalid = |m: String| EddyError::new(sqlstate::INVALID_PARAMETER_VALUE, m);
-        for key in options.keys() {
+        for key in options
+            .keys()
+            .filter(|k| !matches!(k.as_str(), "format" | "encode") && !k.starts_with("encode."))
+        {
             if !matches!(
                 key.as_str(),
                 "connector"

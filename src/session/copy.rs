@@ -461,50 +461,14 @@ fn finish_text_field(raw: &str, value: &str, f: &Format) -> Option<String> {
     }
 }
 
-/// CSV format: quoted fields may hold delimiters, quotes (doubled or escaped) and
-/// newlines; an unquoted field equal to the NULL string is NULL.
 fn split_csv(line: &str, f: &Format) -> Result<Vec<Option<String>>, String> {
-    let (delimiter, quote, escape) = (f.delimiter as char, f.quote as char, f.escape as char);
-    let mut fields = Vec::new();
-    let mut current = String::new();
-    let mut quoted = false;
-    let mut in_quotes = false;
-    let mut chars = line.chars().peekable();
-    while let Some(c) = chars.next() {
-        if in_quotes {
-            if c == escape && chars.peek() == Some(&quote) {
-                // `""` (or the escape character before a quote) is one literal quote.
-                chars.next();
-                current.push(quote);
-            } else if c == quote {
-                in_quotes = false;
-            } else {
-                current.push(c);
-            }
-        } else if c == quote {
-            in_quotes = true;
-            quoted = true;
-        } else if c == delimiter {
-            fields.push(finish_csv_field(&current, quoted, f));
-            current.clear();
-            quoted = false;
-        } else {
-            current.push(c);
-        }
-    }
-    if in_quotes {
-        return Err("unterminated CSV quoted field".into());
-    }
-    fields.push(finish_csv_field(&current, quoted, f));
-    Ok(fields)
-}
-
-fn finish_csv_field(value: &str, quoted: bool, f: &Format) -> Option<String> {
-    if !quoted && value == f.null {
-        None
-    } else {
-        Some(value.to_string())
-    }
+    crate::connectors::csv_line::split(
+        line,
+        f.delimiter as char,
+        f.quote as char,
+        f.escape as char,
+        &f.null,
+    )
 }
 
 #[cfg(test)]

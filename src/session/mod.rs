@@ -229,19 +229,34 @@ impl Session {
 
     /// Runs every statement of a simple-protocol query string, stopping at the first error.
     pub async fn execute_sql(&self, sql: &str) -> Vec<Result<Outcome>> {
-        if let Some(stmt) = crate::sql::parse_eddy_statement(sql) {
-            return vec![match stmt {
-                Ok(stmt) => self.execute_eddy_statement(stmt).await,
-                Err(e) => Err(e),
-            }];
+        let pieces = crate::sql::split_statements(sql);
+        if pieces.is_empty() {
+            return vec![Ok(Outcome::Empty)];
         }
+        let mut out = Vec::with_capacity(pieces.len());
+        for piece in pieces {
+            let results = match crate::sql::parse_eddy_statement(&piece) {
+                Some(Ok(stmt)) => vec![self.execute_eddy_statement(stmt).await],
+                Some(Err(e)) => vec![Err(e)],
+                None => self.execute_parsed(&piece).await,
+            };
+            for result in results {
+                let failed = result.is_err();
+                out.push(result);
+                if failed {
+                    return out;
+                }
+            }
+        }
+        out
+    }
+
+    /// Runs the statements sqlparser reads from `sql`, stopping at the first error.
+    async fn execute_parsed(&self, sql: &str) -> Vec<Result<Outcome>> {
         let statements = match self.engine.parse(sql) {
             Ok(s) => s,
             Err(e) => return vec![Err(e)],
         };
-        if statements.is_empty() {
-            return vec![Ok(Outcome::Empty)];
-        }
         let mut out = Vec::with_capacity(statements.len());
         for stmt in statements {
             let result = self.execute_statement(stmt).await;

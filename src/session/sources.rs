@@ -83,9 +83,7 @@ pub(super) fn create_source(session: &Session, create: CreateSource) -> Result<O
         }
     }
     // Validate the connector options against the schema now, not when a job starts.
-    let mut connector_options = create.options.clone();
-    connector_options.retain(|k, _| !k.starts_with("encode.") && k != "format" && k != "encode");
-    ConnectorSpec::from_options(&rel.arrow_schema(), &connector_options)?;
+    ConnectorSpec::from_options(&rel.arrow_schema(), &rel.options)?;
     rel.definition = source_definition(&create);
     catalog.create_relation(rel)?;
     Ok(Outcome::Command("CREATE SOURCE".into()))

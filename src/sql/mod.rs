@@ -33,6 +33,71 @@ pub enum EddyStatement {
     Flush,
 }
 
+/// Splits a query string into its statements at top-level semicolons, so that Eddy's own
+/// statements can be mixed with ordinary SQL in one simple-protocol query.
+pub fn split_statements(sql: &str) -> Vec<String> {
+    let Ok(tokens) = Tokenizer::new(&PostgreSqlDialect {}, sql).tokenize_with_location() else {
+        // Let the parser report the error on the whole text.
+        return vec![sql.to_string()];
+    };
+    // Byte offset of each line's start, to turn token locations (line, column in
+    // characters) back into positions in the original text.
+    let mut line_starts = vec![0usize];
+    line_starts.extend(sql.match_indices('\n').map(|(i, _)| i + 1));
+    let offset_of = |line: u64, column: u64| -> usize {
+        let start = line_starts
+            .get(line.saturating_sub(1) as usize)
+            .copied()
+            .unwrap_or(sql.len());
+        sql[start..]
+            .char_indices()
+            .nth(column.saturating_sub(1) as usize)
+            .map(|(i, _)| start + i)
+            .unwrap_or(sql.len())
+    };
+    let mut statements = Vec::new();
+    let mut begin = 0usize;
+    let mut depth = 0i32;
+    for t in tokens {
+        match t.token {
+            Token::LParen => depth += 1,
+            Token::RParen => depth -= 1,
+            Token::SemiColon if depth == 0 => {
+                let at = offset_of(t.span.start.line, t.span.start.column);
+                if !sql[begin..at].trim().is_empty() {
+                    statements.push(sql[begin..at].to_string());
+                }
+                begin = at + 1;
+            }
+            _ => {}
+        }
+    }
+    if begin < sql.len() && !sql[begin..].trim().is_empty() {
+        statements.push(sql[begin..].to_string());
+    }
+    statements
+}
+
+#[cfg(test)]
+mod split_tests {
+    use super::split_statements;
+
+    #[test]
+    fn splits_at_top_level_semicolons_only() {
+        let parts = split_statements(
+            "SELECT 'a;b', 'it''s';\nCREATE SOURCE s (a INT) WITH (x = ';');  ;SELECT (1)",
+        );
+        assert_eq!(
+            parts,
+            vec![
+                "SELECT 'a;b', 'it''s'".to_string(),
+                "\nCREATE SOURCE s (a INT) WITH (x = ';')".to_string(),
+                "SELECT (1)".to_string()
+            ]
+        );
+    }
+}
+
 /// `Some` when `sql` is one of Eddy's own statements.
 pub fn parse_eddy_statement(sql: &str) -> Option<Result<EddyStatement>> {
     if let Some(user) = parse_user_statement(sql) {

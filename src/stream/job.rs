@@ -42,6 +42,8 @@ pub struct JobInfo {
     pub rows_read: AtomicU64,
     /// Rows the job produced: written to its view, or delivered to its sink.
     pub rows_written: AtomicU64,
+    /// Source records skipped because they did not fit the source's schema.
+    pub malformed_rows: AtomicU64,
     pub started: SystemTime,
     pub finished: Mutex<Option<SystemTime>>,
     stop: AtomicBool,
@@ -66,16 +68,14 @@ impl JobRegistry {
 
     /// Starts a job: reads its source from the beginning and delivers the results.
     pub fn spawn(&self, name: &str, plan: JobPlan, output: JobOutput) -> Result<Arc<JobInfo>> {
-        let spec = ConnectorSpec::from_options(
-            &plan.source.arrow_schema(),
-            &connector_options(&plan.source.options),
-        )?;
+        let spec = ConnectorSpec::from_options(&plan.source.arrow_schema(), &plan.source.options)?;
         let info = Arc::new(JobInfo {
             name: name.to_string(),
             state: Mutex::new(JobState::Running),
             error: Mutex::new(None),
             rows_read: AtomicU64::new(0),
             rows_written: AtomicU64::new(0),
+            malformed_rows: AtomicU64::new(0),
             started: SystemTime::now(),
             finished: Mutex::new(None),
             stop: AtomicBool::new(false),
@@ -102,17 +102,6 @@ impl JobRegistry {
     }
 }
 
-/// The connector's own options (without the format/encoding keys).
-fn connector_options(options: &BTreeMap<String, String>) -> BTreeMap<String, String> {
-    options
-        .iter()
-        .filter(|(k, _)| {
-            !k.starts_with("encode.") && k.as_str() != "format" && k.as_str() != "encode"
-        })
-        .map(|(k, v)| (k.clone(), v.clone()))
-        .collect()
-}
-
 /// Where a job's rows go.
 pub enum JobOutput {
     /// A materialized view's state table.
@@ -128,6 +117,7 @@ async fn run(
     info: &JobInfo,
 ) -> Result<()> {
     let mut splits = spec.split_readers();
+    let mut finished_malformed = 0;
     let started = Instant::now();
     let rate = spec.rows_per_second();
     let batch_rows = if rate > 0 {
@@ -142,10 +132,12 @@ async fn run(
                 return Ok(());
             }
             let Some(batch) = splits[i].next_batch(batch_rows)? else {
-                splits.remove(i);
+                finished_malformed += splits.remove(i).malformed();
                 continue;
             };
             i += 1;
+            let malformed = finished_malformed + splits.iter().map(|s| s.malformed()).sum::<u64>();
+            info.malformed_rows.store(malformed, Ordering::Relaxed);
             let rows = batch.num_rows() as u64;
             let batch = match &plan.source_projection {
                 Some(p) => batch.project(p)?,
