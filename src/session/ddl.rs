@@ -1,7 +1,7 @@
 //! `CREATE TABLE`, `CREATE VIEW` and `DROP`: changes to the catalog.
 
 use super::{Outcome, Session};
-use crate::catalog::{Column, DEFAULT_SCHEMA, Relation, RelationKind, SqlType, types};
+use crate::catalog::{Column, DEFAULT_SCHEMA, Relation, RelationKind, SqlType};
 use crate::error::{EddyError, Result, sqlstate};
 use datafusion::sql::parser::Statement as DFStatement;
 use datafusion::sql::sqlparser::ast::{
@@ -124,6 +124,31 @@ pub(super) async fn create_table(session: &Session, create: CreateTable) -> Resu
     Ok(Outcome::command("CREATE TABLE"))
 }
 
+/// The columns of a view (plain or materialized) from its names and the query's fields:
+/// names must be distinct; types follow the query; every column is nullable.
+pub(super) fn view_columns(
+    names: Vec<String>,
+    fields: &arrow::datatypes::Fields,
+) -> Result<Vec<Column>> {
+    for (i, n) in names.iter().enumerate() {
+        if names[..i].contains(n) {
+            return Err(EddyError::new(
+                "42701",
+                format!("column \"{n}\" specified more than once"),
+            ));
+        }
+    }
+    Ok(names
+        .into_iter()
+        .zip(fields)
+        .map(|(name, f)| Column {
+            name,
+            sql_type: SqlType::from_arrow(f),
+            nullable: true,
+        })
+        .collect())
+}
+
 /// Column definitions → columns, and the column named `PRIMARY KEY` inline (if any).
 pub(super) fn columns_from_defs(
     table: &str,
@@ -216,23 +241,7 @@ pub(super) async fn create_view(session: &Session, view: CreateView) -> Result<O
         );
         names
     };
-    for (i, n) in names.iter().enumerate() {
-        if names[..i].contains(n) {
-            return Err(EddyError::new(
-                "42701",
-                format!("column \"{n}\" specified more than once"),
-            ));
-        }
-    }
-    let columns = names
-        .into_iter()
-        .zip(schema.fields())
-        .map(|(name, f)| Column {
-            name,
-            sql_type: types::SqlType::from_arrow(f),
-            nullable: true,
-        })
-        .collect();
+    let columns = view_columns(names, schema.fields())?;
     let depends_on = referenced_relations(session, &view.query)?;
     if view.or_replace && catalog.get(&name).is_some() {
         catalog.drop_relation(&name)?;

@@ -5,9 +5,9 @@
 //! sources: the view's state is cleared and its job starts again. Sources are
 //! deterministic, so the result is the same as in an uninterrupted run.
 
-use super::ddl::{ident_name, relation_name};
+use super::ddl::{ident_name, relation_name, view_columns};
 use super::{Engine, Outcome, Session, text_rows};
-use crate::catalog::{Column, Relation, RelationKind, SqlType};
+use crate::catalog::{Relation, RelationKind};
 use crate::error::{EddyError, Result, sqlstate};
 use crate::stream::job::JobOutput;
 use crate::stream::planner::plan_job;
@@ -49,23 +49,7 @@ pub(super) async fn create(session: &Session, view: CreateView) -> Result<Outcom
         }
         view.columns.iter().map(|c| ident_name(&c.name)).collect()
     };
-    for (i, n) in names.iter().enumerate() {
-        if names[..i].contains(n) {
-            return Err(EddyError::new(
-                "42701",
-                format!("column \"{n}\" specified more than once"),
-            ));
-        }
-    }
-    let columns = names
-        .into_iter()
-        .zip(job.schema.fields())
-        .map(|(name, f)| Column {
-            name,
-            sql_type: SqlType::from_arrow(f),
-            nullable: true,
-        })
-        .collect();
+    let columns = view_columns(names, job.schema.fields())?;
     let statement = DFStatement::Statement(Box::new(ast::Statement::Query(view.query.clone())));
     let mut depends_on = Vec::new();
     for r in engine.ctx.state().resolve_table_references(&statement)? {

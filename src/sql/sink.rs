@@ -32,17 +32,7 @@ pub fn parse_create_sink(sql: &str) -> Option<Result<CreateSink>> {
 }
 
 fn parse(tokens: &[Token]) -> Result<CreateSink> {
-    let mut i = 2;
-    let mut if_not_exists = false;
-    if is_word(tokens.get(i), "if")
-        && is_word(tokens.get(i + 1), "not")
-        && is_word(tokens.get(i + 2), "exists")
-    {
-        if_not_exists = true;
-        i += 3;
-    }
-    let name = super::source::identifier(tokens.get(i))?;
-    i += 1;
+    let (if_not_exists, name, i) = super::source::create_header(tokens)?;
     // The last `WITH (` at depth 0 starts the options.
     let mut depth = 0;
     let mut with_at = None;

@@ -64,16 +64,9 @@ pub(crate) fn identifier(t: Option<&Token>) -> Result<String> {
     }
 }
 
-/// `Some` when `sql` is a `CREATE SOURCE` statement.
-pub fn parse_create_source(sql: &str) -> Option<Result<CreateSource>> {
-    let tokens = significant_tokens(sql).ok()?;
-    if !(is_word(tokens.first(), "create") && is_word(tokens.get(1), "source")) {
-        return None;
-    }
-    Some(parse_tokens(&tokens))
-}
-
-fn parse_tokens(tokens: &[Token]) -> Result<CreateSource> {
+/// Reads `CREATE <kind> [IF NOT EXISTS] name` (the caller checked the first two words);
+/// returns whether `IF NOT EXISTS` was given, the name, and the index after it.
+pub(crate) fn create_header(tokens: &[Token]) -> Result<(bool, String, usize)> {
     let mut i = 2;
     let mut if_not_exists = false;
     if is_word(tokens.get(i), "if")
@@ -84,7 +77,20 @@ fn parse_tokens(tokens: &[Token]) -> Result<CreateSource> {
         i += 3;
     }
     let name = identifier(tokens.get(i))?;
-    i += 1;
+    Ok((if_not_exists, name, i + 1))
+}
+
+/// `Some` when `sql` is a `CREATE SOURCE` statement.
+pub fn parse_create_source(sql: &str) -> Option<Result<CreateSource>> {
+    let tokens = significant_tokens(sql).ok()?;
+    if !(is_word(tokens.first(), "create") && is_word(tokens.get(1), "source")) {
+        return None;
+    }
+    Some(parse_tokens(&tokens))
+}
+
+fn parse_tokens(tokens: &[Token]) -> Result<CreateSource> {
+    let (if_not_exists, name, i) = create_header(tokens)?;
 
     // The parenthesised column list, split at top-level commas.
     if tokens.get(i) != Some(&Token::LParen) {
