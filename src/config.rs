@@ -32,13 +32,18 @@ pub struct Cli {
     /// Worker threads for query and stream execution (default: number of cores).
     #[arg(long, env = "EDDY_WORKERS")]
     pub workers: Option<usize>,
+    /// Task slots each streaming worker offers (subtask i of every fragment of a job
+    /// shares slot i).
+    #[arg(long, env = "EDDY_SLOTS_PER_WORKER")]
+    pub slots_per_worker: Option<usize>,
     /// How clients authenticate.
     #[arg(long, env = "EDDY_AUTH", value_enum)]
     pub auth: Option<AuthMode>,
     /// Password of user `root` for `--auth password` (set at every start when given).
     #[arg(long, env = "EDDY_ROOT_PASSWORD", hide_env_values = true)]
     pub root_password: Option<String>,
-    /// A TOML file with any of the settings above (keys: listen, data_dir, workers, auth).
+    /// A TOML file with any of the settings above (keys: listen, data_dir, workers,
+    /// slots_per_worker, auth).
     #[arg(long, env = "EDDY_CONFIG")]
     pub config: Option<PathBuf>,
 }
@@ -50,6 +55,7 @@ struct FileConfig {
     listen: Option<SocketAddr>,
     data_dir: Option<PathBuf>,
     workers: Option<usize>,
+    slots_per_worker: Option<usize>,
     auth: Option<AuthMode>,
 }
 
@@ -59,12 +65,14 @@ pub struct Config {
     pub listen: SocketAddr,
     pub data_dir: PathBuf,
     pub workers: usize,
+    pub slots_per_worker: usize,
     pub auth: AuthMode,
     pub root_password: Option<String>,
 }
 
 pub const DEFAULT_LISTEN: &str = "127.0.0.1:4566";
 pub const DEFAULT_DATA_DIR: &str = "./eddy-data";
+pub const DEFAULT_SLOTS_PER_WORKER: usize = 4;
 
 impl Config {
     pub fn from_cli(cli: Cli) -> anyhow::Result<Self> {
@@ -80,6 +88,13 @@ impl Config {
         if workers == 0 {
             anyhow::bail!("--workers must be at least 1");
         }
+        let slots_per_worker = cli
+            .slots_per_worker
+            .or(file.slots_per_worker)
+            .unwrap_or(DEFAULT_SLOTS_PER_WORKER);
+        if slots_per_worker == 0 {
+            anyhow::bail!("--slots-per-worker must be at least 1");
+        }
         Ok(Self {
             listen: cli
                 .listen
@@ -90,6 +105,7 @@ impl Config {
                 .or(file.data_dir)
                 .unwrap_or_else(|| PathBuf::from(DEFAULT_DATA_DIR)),
             workers,
+            slots_per_worker,
             auth: cli.auth.or(file.auth).unwrap_or(AuthMode::Trust),
             root_password: cli.root_password,
         })
@@ -101,6 +117,7 @@ impl Config {
             listen: DEFAULT_LISTEN.parse().expect("valid default address"),
             data_dir: data_dir.to_path_buf(),
             workers: 2,
+            slots_per_worker: DEFAULT_SLOTS_PER_WORKER,
             auth: AuthMode::Trust,
             root_password: None,
         }

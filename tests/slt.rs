@@ -1,6 +1,7 @@
 //! Runs every `sql-tests/*.slt` file against a fresh server, once over the simple query
-//! protocol (text results) and once over the extended protocol (prepared statements,
-//! binary results), so both paths must print the same values.
+//! protocol (text results) with one streaming worker (parallelism 1) and once over the
+//! extended protocol (prepared statements, binary results) with four (parallelism 4), so
+//! both paths and both parallelisms must give the same results.
 
 use crate::common::TestServer;
 use async_trait::async_trait;
@@ -273,10 +274,12 @@ fn slt_files() -> Vec<PathBuf> {
     files
 }
 
-async fn run_all(protocol: Protocol) {
+/// Runs every file over `protocol` against servers with `workers` streaming workers: the
+/// default `streaming_parallelism` is the number of workers.
+async fn run_all(protocol: Protocol, workers: usize) {
     let mut failures = Vec::new();
     for file in slt_files() {
-        let server = TestServer::start();
+        let server = TestServer::start_with_args(&["--workers", &workers.to_string()]);
         let conn = server.conn_string();
         let mut runner = sqllogictest::Runner::new(move || {
             let conn = conn.clone();
@@ -290,7 +293,10 @@ async fn run_all(protocol: Protocol) {
             }
         });
         if let Err(e) = runner.run_file_async(&file).await {
-            failures.push(format!("{} ({protocol:?} protocol):\n{e}", file.display()));
+            failures.push(format!(
+                "{} ({protocol:?} protocol, {workers} workers):\n{e}",
+                file.display()
+            ));
         }
     }
     assert!(
@@ -302,11 +308,11 @@ async fn run_all(protocol: Protocol) {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn sql_tests_simple_protocol() {
-    run_all(Protocol::Simple).await;
+async fn sql_tests_simple_protocol_parallelism_1() {
+    run_all(Protocol::Simple, 1).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn sql_tests_extended_protocol() {
-    run_all(Protocol::Extended).await;
+async fn sql_tests_extended_protocol_parallelism_4() {
+    run_all(Protocol::Extended, 4).await;
 }

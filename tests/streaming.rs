@@ -163,7 +163,8 @@ async fn batch_query(
     spec: &eddy::connectors::ConnectorSpec,
 ) -> Vec<Vec<String>> {
     let mut batches = Vec::new();
-    for mut reader in spec.split_readers() {
+    for split in 0..spec.split_count() {
+        let mut reader = spec.split_reader(split);
         while let Some(b) = reader.next_batch(4096).unwrap() {
             batches.push(b);
         }
@@ -272,7 +273,9 @@ async fn views_match_batch_results_and_survive_restart() {
     wait_for_jobs(&client, VIEWS.len()).await;
     for ((name, _), before) in VIEWS.iter().zip(&expected) {
         let after = view_rows(&client, &format!("SELECT * FROM {name}")).await;
-        assert_eq!(&after, before, "{name} after restart");
+        // Float sums may differ in their last digits: parallel subtasks add rows in
+        // another order in each run.
+        assert_same(&format!("{name} after restart"), &after, before);
     }
 
     // Dropping a view stops its job and frees its name.

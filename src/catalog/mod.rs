@@ -85,6 +85,9 @@ pub struct Relation {
     pub options: BTreeMap<String, String>,
     #[serde(default)]
     pub watermark: Option<WatermarkSpec>,
+    /// Parallelism of a materialized view's or sink's job, fixed when it is created.
+    #[serde(default)]
+    pub parallelism: Option<usize>,
 }
 
 impl Relation {

@@ -3,9 +3,14 @@
 //! - `eddy_catalog.jobs`: every streaming job (one per materialized view) with its state
 //!   (`running`, `finished` once a bounded source is exhausted, `failed`), the rows it has
 //!   read and written, and when it started and finished. Tests and benchmarks wait on it.
+//! - `eddy_catalog.tasks`: every task of every running job — fragment, subtask, slot,
+//!   worker, the operators chained in it, rows in and out, and the share of its time it
+//!   was busy, backpressured (waiting to send) and idle (waiting for input).
 
 use crate::stream::job::JobRegistry;
-use arrow::array::{Int64Array, RecordBatch, StringArray, TimestampMicrosecondArray};
+use arrow::array::{
+    Float64Array, Int32Array, Int64Array, RecordBatch, StringArray, TimestampMicrosecondArray,
+};
 use arrow::datatypes::{DataType, Field, Schema, SchemaRef, TimeUnit};
 use async_trait::async_trait;
 use datafusion::catalog::{SchemaProvider, Session, TableProvider};
@@ -20,44 +25,63 @@ use std::time::{SystemTime, UNIX_EPOCH};
 
 pub const SYSTEM_SCHEMA: &str = "eddy_catalog";
 
+/// Builds a system table's rows from the job registry, at scan time.
+type RowBuilder = fn(&JobRegistry, SchemaRef) -> DFResult<RecordBatch>;
+
+/// A table whose rows are computed from the running system when it is scanned.
+pub struct SystemTable {
+    name: &'static str,
+    schema: SchemaRef,
+    registry: Arc<JobRegistry>,
+    rows: RowBuilder,
+}
+
+impl std::fmt::Debug for SystemTable {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{SYSTEM_SCHEMA}.{}", self.name)
+    }
+}
+
 #[derive(Debug)]
 pub struct SystemSchema {
-    jobs: Arc<JobsTable>,
+    tables: Vec<Arc<SystemTable>>,
 }
 
 impl SystemSchema {
     pub fn new(registry: Arc<JobRegistry>) -> Self {
+        let table = |name, schema, rows| {
+            Arc::new(SystemTable {
+                name,
+                schema,
+                registry: registry.clone(),
+                rows,
+            })
+        };
         Self {
-            jobs: Arc::new(JobsTable { registry }),
+            tables: vec![
+                table("jobs", jobs_schema(), jobs_rows),
+                table("tasks", tasks_schema(), tasks_rows),
+            ],
         }
+    }
+
+    fn find(&self, name: &str) -> Option<Arc<SystemTable>> {
+        self.tables.iter().find(|t| t.name == name).cloned()
     }
 }
 
 #[async_trait]
 impl SchemaProvider for SystemSchema {
     fn table_names(&self) -> Vec<String> {
-        vec!["jobs".into()]
+        self.tables.iter().map(|t| t.name.to_string()).collect()
     }
 
     async fn table(&self, name: &str) -> DFResult<Option<Arc<dyn TableProvider>>> {
-        Ok(match name {
-            "jobs" => Some(self.jobs.clone()),
-            _ => None,
-        })
+        Ok(self.find(name).map(|t| t as Arc<dyn TableProvider>))
     }
 
     fn table_exist(&self, name: &str) -> bool {
-        name == "jobs"
-    }
-}
-
-pub struct JobsTable {
-    registry: Arc<JobRegistry>,
-}
-
-impl std::fmt::Debug for JobsTable {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str("eddy_catalog.jobs")
+        self.find(name).is_some()
     }
 }
 
@@ -68,19 +92,9 @@ fn micros(t: SystemTime) -> i64 {
 }
 
 #[async_trait]
-impl TableProvider for JobsTable {
+impl TableProvider for SystemTable {
     fn schema(&self) -> SchemaRef {
-        let ts = DataType::Timestamp(TimeUnit::Microsecond, Some("+00:00".into()));
-        Arc::new(Schema::new(vec![
-            Field::new("name", DataType::Utf8, false),
-            Field::new("state", DataType::Utf8, false),
-            Field::new("rows_read", DataType::Int64, false),
-            Field::new("rows_written", DataType::Int64, false),
-            Field::new("malformed_rows", DataType::Int64, false),
-            Field::new("started", ts.clone(), false),
-            Field::new("finished", ts, true),
-            Field::new("error", DataType::Utf8, true),
-        ]))
+        self.schema.clone()
     }
 
     fn table_type(&self) -> TableType {
@@ -94,50 +108,139 @@ impl TableProvider for JobsTable {
         _filters: &[Expr],
         _limit: Option<usize>,
     ) -> DFResult<Arc<dyn ExecutionPlan>> {
-        let jobs = self.registry.jobs();
-        let schema = self.schema();
-        let batch = RecordBatch::try_new(
-            schema.clone(),
-            vec![
-                Arc::new(StringArray::from_iter_values(
-                    jobs.iter().map(|j| j.name.clone()),
-                )),
-                Arc::new(StringArray::from_iter_values(
-                    jobs.iter().map(|j| j.state.lock().as_str()),
-                )),
-                Arc::new(Int64Array::from_iter_values(
-                    jobs.iter()
-                        .map(|j| j.rows_read.load(Ordering::Relaxed) as i64),
-                )),
-                Arc::new(Int64Array::from_iter_values(
-                    jobs.iter()
-                        .map(|j| j.rows_written.load(Ordering::Relaxed) as i64),
-                )),
-                Arc::new(Int64Array::from_iter_values(
-                    jobs.iter()
-                        .map(|j| j.malformed_rows.load(Ordering::Relaxed) as i64),
-                )),
-                Arc::new(
-                    TimestampMicrosecondArray::from_iter_values(
-                        jobs.iter().map(|j| micros(j.started)),
-                    )
-                    .with_timezone("+00:00"),
-                ),
-                Arc::new(
-                    TimestampMicrosecondArray::from_iter(
-                        jobs.iter().map(|j| j.finished.lock().map(micros)),
-                    )
-                    .with_timezone("+00:00"),
-                ),
-                Arc::new(StringArray::from_iter(
-                    jobs.iter().map(|j| j.error.lock().clone()),
-                )),
-            ],
-        )?;
+        let batch = (self.rows)(&self.registry, self.schema.clone())?;
         Ok(MemorySourceConfig::try_new_exec(
             &[vec![batch]],
-            schema,
+            self.schema.clone(),
             projection.cloned(),
         )?)
     }
+}
+
+fn jobs_schema() -> SchemaRef {
+    let ts = DataType::Timestamp(TimeUnit::Microsecond, Some("+00:00".into()));
+    Arc::new(Schema::new(vec![
+        Field::new("name", DataType::Utf8, false),
+        Field::new("state", DataType::Utf8, false),
+        Field::new("rows_read", DataType::Int64, false),
+        Field::new("rows_written", DataType::Int64, false),
+        Field::new("malformed_rows", DataType::Int64, false),
+        Field::new("started", ts.clone(), false),
+        Field::new("finished", ts, true),
+        Field::new("error", DataType::Utf8, true),
+    ]))
+}
+
+fn jobs_rows(registry: &JobRegistry, schema: SchemaRef) -> DFResult<RecordBatch> {
+    let jobs = registry.jobs();
+    Ok(RecordBatch::try_new(
+        schema,
+        vec![
+            Arc::new(StringArray::from_iter_values(
+                jobs.iter().map(|j| j.name.clone()),
+            )),
+            Arc::new(StringArray::from_iter_values(
+                jobs.iter().map(|j| j.state.lock().as_str()),
+            )),
+            Arc::new(Int64Array::from_iter_values(
+                jobs.iter()
+                    .map(|j| j.rows_read.load(Ordering::Relaxed) as i64),
+            )),
+            Arc::new(Int64Array::from_iter_values(
+                jobs.iter()
+                    .map(|j| j.rows_written.load(Ordering::Relaxed) as i64),
+            )),
+            Arc::new(Int64Array::from_iter_values(
+                jobs.iter()
+                    .map(|j| j.malformed_rows.load(Ordering::Relaxed) as i64),
+            )),
+            Arc::new(
+                TimestampMicrosecondArray::from_iter_values(jobs.iter().map(|j| micros(j.started)))
+                    .with_timezone("+00:00"),
+            ),
+            Arc::new(
+                TimestampMicrosecondArray::from_iter(
+                    jobs.iter().map(|j| j.finished.lock().map(micros)),
+                )
+                .with_timezone("+00:00"),
+            ),
+            Arc::new(StringArray::from_iter(
+                jobs.iter().map(|j| j.error.lock().clone()),
+            )),
+        ],
+    )?)
+}
+
+fn tasks_schema() -> SchemaRef {
+    Arc::new(Schema::new(vec![
+        Field::new("job", DataType::Utf8, false),
+        Field::new("fragment", DataType::Int32, false),
+        Field::new("subtask", DataType::Int32, false),
+        Field::new("slot", DataType::Int32, false),
+        Field::new("worker", DataType::Int32, false),
+        Field::new("operators", DataType::Utf8, false),
+        Field::new("rows_in", DataType::Int64, false),
+        Field::new("rows_out", DataType::Int64, false),
+        Field::new("busy", DataType::Float64, false),
+        Field::new("backpressured", DataType::Float64, false),
+        Field::new("idle", DataType::Float64, false),
+    ]))
+}
+
+/// One row per task of every running job; busy/backpressured/idle are shares of the
+/// task's accounted time (each between 0 and 1, summing to 1 once it has run).
+fn tasks_rows(registry: &JobRegistry, schema: SchemaRef) -> DFResult<RecordBatch> {
+    let tasks: Vec<_> = registry
+        .jobs()
+        .into_iter()
+        .filter(|j| j.is_running())
+        .flat_map(|j| j.tasks.clone())
+        .collect();
+    let times: Vec<[f64; 3]> = tasks
+        .iter()
+        .map(|t| {
+            let busy = t.busy_ns.load(Ordering::Relaxed) as f64;
+            let back = t.backpressure_ns.load(Ordering::Relaxed) as f64;
+            let idle = t.idle_ns.load(Ordering::Relaxed) as f64;
+            let total = (busy + back + idle).max(1.0);
+            [busy / total, back / total, idle / total]
+        })
+        .collect();
+    let int = |f: fn(&crate::stream::job::TaskInfo) -> usize| {
+        Arc::new(Int32Array::from_iter_values(
+            tasks.iter().map(|t| f(t) as i32),
+        )) as arrow::array::ArrayRef
+    };
+    let share = |i: usize| {
+        Arc::new(Float64Array::from_iter_values(times.iter().map(|t| t[i])))
+            as arrow::array::ArrayRef
+    };
+    Ok(RecordBatch::try_new(
+        schema,
+        vec![
+            Arc::new(StringArray::from_iter_values(
+                tasks.iter().map(|t| t.job.clone()),
+            )),
+            int(|t| t.fragment),
+            int(|t| t.subtask),
+            int(|t| t.slot),
+            int(|t| t.worker),
+            Arc::new(StringArray::from_iter_values(
+                tasks.iter().map(|t| t.operators.clone()),
+            )),
+            Arc::new(Int64Array::from_iter_values(
+                tasks
+                    .iter()
+                    .map(|t| t.rows_in.load(Ordering::Relaxed) as i64),
+            )),
+            Arc::new(Int64Array::from_iter_values(
+                tasks
+                    .iter()
+                    .map(|t| t.rows_out.load(Ordering::Relaxed) as i64),
+            )),
+            share(0),
+            share(1),
+            share(2),
+        ],
+    )?)
 }

@@ -90,18 +90,31 @@ impl ConnectorSpec {
         }
     }
 
-    /// Readers for every split, from the start.
-    pub fn split_readers(&self) -> Vec<Box<dyn SplitReader>> {
+    /// The connector's name, as in `WITH (connector = ...)`.
+    pub fn name(&self) -> &'static str {
         match self {
-            ConnectorSpec::Datagen(s) => (0..s.splits)
-                .map(|i| Box::new(s.split_reader(i, 0)) as Box<dyn SplitReader>)
-                .collect(),
-            ConnectorSpec::Nexmark(s) => (0..s.splits)
-                .map(|i| Box::new(s.split_reader(i, 0)) as Box<dyn SplitReader>)
-                .collect(),
-            ConnectorSpec::File(s) => (0..s.files.len() as u32)
-                .map(|i| Box::new(s.split_reader(i, 0)) as Box<dyn SplitReader>)
-                .collect(),
+            ConnectorSpec::Datagen(_) => "datagen",
+            ConnectorSpec::Nexmark(_) => "nexmark",
+            ConnectorSpec::File(_) => "file",
+        }
+    }
+
+    /// How many splits the source has: datagen and nexmark as configured
+    /// (`*.split.num`), files one per file.
+    pub fn split_count(&self) -> usize {
+        match self {
+            ConnectorSpec::Datagen(s) => s.splits as usize,
+            ConnectorSpec::Nexmark(s) => s.splits as usize,
+            ConnectorSpec::File(s) => s.files.len(),
+        }
+    }
+
+    /// A reader of one split, from the start.
+    pub fn split_reader(&self, split: usize) -> Box<dyn SplitReader> {
+        match self {
+            ConnectorSpec::Datagen(s) => Box::new(s.split_reader(split as u32, 0)),
+            ConnectorSpec::Nexmark(s) => Box::new(s.split_reader(split as u32, 0)),
+            ConnectorSpec::File(s) => Box::new(s.split_reader(split as u32, 0)),
         }
     }
 

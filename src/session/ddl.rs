@@ -119,6 +119,7 @@ pub(super) async fn create_table(session: &Session, create: CreateTable) -> Resu
         depends_on: vec![],
         options: Default::default(),
         watermark: None,
+        parallelism: None,
     };
     session.engine.catalog.create_relation(rel)?;
     Ok(Outcome::command("CREATE TABLE"))
@@ -256,6 +257,7 @@ pub(super) async fn create_view(session: &Session, view: CreateView) -> Result<O
         depends_on,
         options: Default::default(),
         watermark: None,
+        parallelism: None,
     })?;
     Ok(Outcome::command("CREATE VIEW"))
 }

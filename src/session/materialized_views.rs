@@ -9,10 +9,81 @@ use super::ddl::{ident_name, relation_name, view_columns};
 use super::{Engine, Outcome, Session, text_rows};
 use crate::catalog::{Relation, RelationKind};
 use crate::error::{EddyError, Result, sqlstate};
+use crate::stream::graph::{FragmentInput, StreamGraph, Terminal};
 use crate::stream::job::JobOutput;
 use crate::stream::planner::plan_job;
-use datafusion::sql::parser::Statement as DFStatement;
 use datafusion::sql::sqlparser::ast::{self, CreateView};
+
+/// Plans a view's or sink's query as a stream graph at the session's parallelism.
+async fn plan_graph(
+    session: &Session,
+    query_sql: &str,
+) -> Result<(datafusion::logical_expr::LogicalPlan, StreamGraph, usize)> {
+    let engine = &session.engine;
+    let parallelism = session.streaming_parallelism()?;
+    let plan = engine.plan_streaming_query(query_sql).await?;
+    let graph = plan_job(&plan, &engine.catalog, parallelism)?;
+    Ok((plan, graph, parallelism))
+}
+
+/// The relations a query reads, by id: those it names (plain views included) and the
+/// tables and sources its plan scans.
+pub(super) fn dependencies(
+    engine: &Engine,
+    query_sql: &str,
+    plan: &datafusion::logical_expr::LogicalPlan,
+) -> Result<Vec<u32>> {
+    use datafusion::common::tree_node::TreeNodeRecursion;
+    let mut names: Vec<String> = Vec::new();
+    let state = engine.ctx.state();
+    let statement = state.sql_to_statement(query_sql, &datafusion::config::Dialect::PostgreSQL)?;
+    for r in state.resolve_table_references(&statement)? {
+        names.push(r.table().to_string());
+    }
+    plan.apply_with_subqueries(|node| {
+        if let datafusion::logical_expr::LogicalPlan::TableScan(scan) = node {
+            names.push(scan.table_name.table().to_string());
+        }
+        Ok(TreeNodeRecursion::Continue)
+    })?;
+    let mut ids = Vec::new();
+    for name in names {
+        if let Some(rel) = engine.catalog.get(&name)
+            && !ids.contains(&rel.id)
+        {
+            ids.push(rel.id);
+        }
+    }
+    Ok(ids)
+}
+
+/// `EXPLAIN CREATE MATERIALIZED VIEW`: the fragments the view's job would run.
+pub(super) async fn explain(session: &Session, view: &CreateView) -> Result<Outcome> {
+    let (_, graph, _) = plan_graph(session, &view.query.to_string()).await?;
+    text_rows("QUERY PLAN", graph.explain(Terminal::Materialize))
+}
+
+/// Starts a view's or sink's job; when it reads tables or views, waits until their
+/// current rows have gone through it (as `CREATE MATERIALIZED VIEW` does in RisingWave).
+pub(super) async fn start_job(
+    engine: &Engine,
+    rel: &Relation,
+    graph: &StreamGraph,
+    output: JobOutput,
+) -> Result<()> {
+    let provider = engine.schema_provider.clone();
+    engine
+        .jobs
+        .spawn(&rel.name, graph, output, &|r| provider.state_table_for(r))?;
+    let reads_changes = graph
+        .fragments
+        .iter()
+        .any(|f| matches!(f.input, FragmentInput::Changes { .. }));
+    if reads_changes {
+        engine.jobs.flush().await;
+    }
+    Ok(())
+}
 
 pub(super) async fn create(session: &Session, view: CreateView) -> Result<Outcome> {
     let name = relation_name(&view.name)?;
@@ -32,33 +103,25 @@ pub(super) async fn create(session: &Session, view: CreateView) -> Result<Outcom
         ));
     }
     let query_sql = view.query.to_string();
-    let plan = engine.plan_streaming_query(&query_sql).await?;
     // Check the whole query is supported before anything is recorded.
-    let job = plan_job(&plan, &engine.catalog)?;
+    let (plan, graph, parallelism) = plan_graph(session, &query_sql).await?;
     let names: Vec<String> = if view.columns.is_empty() {
-        job.schema
+        graph
+            .schema
             .fields()
             .iter()
             .map(|f| f.name().clone())
             .collect()
     } else {
-        if view.columns.len() != job.schema.fields().len() {
+        if view.columns.len() != graph.schema.fields().len() {
             return Err(EddyError::syntax(
                 "the column list must name every column of the query",
             ));
         }
         view.columns.iter().map(|c| ident_name(&c.name)).collect()
     };
-    let columns = view_columns(names, job.schema.fields())?;
-    let statement = DFStatement::Statement(Box::new(ast::Statement::Query(view.query.clone())));
-    let mut depends_on = Vec::new();
-    for r in engine.ctx.state().resolve_table_references(&statement)? {
-        if let Some(rel) = engine.catalog.get(r.table())
-            && !depends_on.contains(&rel.id)
-        {
-            depends_on.push(rel.id);
-        }
-    }
+    let columns = view_columns(names, graph.schema.fields())?;
+    let depends_on = dependencies(engine, &query_sql, &plan)?;
     let rel = engine.catalog.create_relation(Relation {
         id: 0,
         name: name.clone(),
@@ -69,9 +132,10 @@ pub(super) async fn create(session: &Session, view: CreateView) -> Result<Outcom
         depends_on,
         options: Default::default(),
         watermark: None,
+        parallelism: Some(parallelism),
     })?;
     let table = engine.schema_provider.state_table_for(&rel)?;
-    engine.jobs.spawn(&rel.name, job, JobOutput::View(table))?;
+    start_job(engine, &rel, &graph, JobOutput::View(table)).await?;
     Ok(Outcome::Command("CREATE_MATERIALIZED_VIEW".into()))
 }
 
@@ -111,9 +175,11 @@ pub(super) fn show(session: &Session) -> Result<Outcome> {
 }
 
 /// Starts the job of every materialized view and sink, from the beginning (see the
-/// module docs).
+/// module docs), in creation order so that a view starts before the views over it.
 pub async fn restart_all(engine: &Engine) -> Result<()> {
-    for rel in engine.catalog.relations() {
+    let mut relations = engine.catalog.relations();
+    relations.sort_by_key(|r| r.id);
+    for rel in relations {
         let output = match rel.kind {
             RelationKind::MaterializedView => {
                 let table = engine.schema_provider.state_table_for(&rel)?;
@@ -124,8 +190,9 @@ pub async fn restart_all(engine: &Engine) -> Result<()> {
             _ => continue,
         };
         let plan = engine.plan_streaming_query(&rel.definition).await?;
-        let job = plan_job(&plan, &engine.catalog)?;
-        engine.jobs.spawn(&rel.name, job, output)?;
+        let parallelism = rel.parallelism.unwrap_or(engine.jobs.worker_count());
+        let graph = plan_job(&plan, &engine.catalog, parallelism)?;
+        start_job(engine, &rel, &graph, output).await?;
     }
     Ok(())
 }

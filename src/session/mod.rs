@@ -108,7 +108,10 @@ impl Engine {
             .register_schema(DEFAULT_SCHEMA, schema_provider.clone())
             .map_err(EddyError::from)?;
         schema_provider.set_planner(Arc::downgrade(&ctx.state_ref()));
-        let jobs = Arc::new(crate::stream::job::JobRegistry::default());
+        let jobs = Arc::new(crate::stream::job::JobRegistry::new(
+            config.workers,
+            config.slots_per_worker,
+        )?);
         ctx.catalog(DATABASE_NAME)
             .expect("default catalog exists")
             .register_schema(
@@ -390,9 +393,11 @@ impl Session {
             EddyStatement::CreateSink(s) => sinks::create(self, s).await,
             EddyStatement::DropSink { names, if_exists } => sinks::drop(self, names, if_exists),
             EddyStatement::ShowCreate { kind, name } => show::show_create(self, &kind, &name),
-            // Table writes are applied before their statement returns, and no view reads a
-            // table yet, so everything written before FLUSH is already visible.
-            EddyStatement::Flush => Ok(Outcome::Command("FLUSH".into())),
+            // A barrier through every job: earlier writes are then in every view.
+            EddyStatement::Flush => {
+                self.engine.jobs.flush().await;
+                Ok(Outcome::Command("FLUSH".into()))
+            }
         }
     }
 
@@ -401,6 +406,13 @@ impl Session {
             Statement::CreateTable(create) => ddl::create_table(self, create).await,
             Statement::CreateView(view) if view.materialized => {
                 materialized_views::create(self, view).await
+            }
+            Statement::Explain { statement, .. } if matches!(statement.as_ref(), Statement::CreateView(v) if v.materialized) =>
+            {
+                let Statement::CreateView(view) = *statement else {
+                    unreachable!("matched above")
+                };
+                materialized_views::explain(self, &view).await
             }
             Statement::CreateView(view) => ddl::create_view(self, view).await,
             Statement::Drop {
@@ -490,6 +502,16 @@ impl Session {
         }
     }
 
+    /// The parallelism of jobs created now: `SET streaming_parallelism`, by default the
+    /// number of streaming workers.
+    pub(crate) fn streaming_parallelism(&self) -> Result<usize> {
+        let value = self.vars.lock().get("streaming_parallelism")?;
+        Ok(match value.parse::<usize>() {
+            Ok(n) if n > 0 => n.min(crate::state::MAX_PARALLELISM as usize),
+            _ => self.engine.jobs.worker_count(),
+        })
+    }
+
     fn set(&self, set: ast::Set) -> Result<Outcome> {
         match set {
             ast::Set::SingleAssignment {
@@ -539,6 +561,12 @@ fn with_postgres_names(outcome: Outcome, stmt: &Statement) -> Outcome {
 
 /// Statements whose planning and execution DataFusion does.
 fn runs_in_datafusion(stmt: &Statement) -> bool {
+    if let Statement::Explain { statement, .. } = stmt
+        && matches!(statement.as_ref(), Statement::CreateView(_))
+    {
+        // EXPLAIN CREATE MATERIALIZED VIEW shows the stream plan (Eddy's own).
+        return false;
+    }
     matches!(
         stmt,
         Statement::Query(_)

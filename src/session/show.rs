@@ -38,6 +38,11 @@ pub(super) fn result_schema(stmt: &Statement) -> Option<SchemaRef> {
             materialized: true, ..
         } => utf8(&["Name"]),
         Statement::ExplainTable { .. } => utf8(&DESCRIBE_COLUMNS),
+        Statement::Explain { statement, .. }
+            if matches!(statement.as_ref(), Statement::CreateView(_)) =>
+        {
+            utf8(&["QUERY PLAN"])
+        }
         _ => None,
     }
 }

@@ -39,18 +39,9 @@ pub(super) async fn create(session: &Session, sink: CreateSink) -> Result<Outcom
             ));
         }
     }
-    if let Some(from) = &sink.from
-        && engine
-            .catalog
-            .get(from)
-            .is_some_and(|r| r.kind != RelationKind::Source)
-    {
-        return Err(EddyError::not_supported(
-            "CREATE SINK ... FROM a table or view is not supported yet; use CREATE SINK ... AS SELECT over a source",
-        ));
-    }
+    let parallelism = session.streaming_parallelism()?;
     let plan = engine.plan_streaming_query(&sink.query).await?;
-    let job = plan_job(&plan, &engine.catalog)?;
+    let graph = plan_job(&plan, &engine.catalog, parallelism)?;
     let rel = engine.catalog.create_relation(Relation {
         id: 0,
         name: sink.name.clone(),
@@ -58,11 +49,12 @@ pub(super) async fn create(session: &Session, sink: CreateSink) -> Result<Outcom
         columns: vec![],
         primary_key: vec![],
         definition: sink.query.clone(),
-        depends_on: vec![job.source.id],
+        depends_on: super::materialized_views::dependencies(engine, &sink.query, &plan)?,
         options: sink.options.clone(),
         watermark: None,
+        parallelism: Some(parallelism),
     })?;
-    engine.jobs.spawn(&rel.name, job, JobOutput::Blackhole)?;
+    super::materialized_views::start_job(engine, &rel, &graph, JobOutput::Blackhole).await?;
     Ok(Outcome::Command("CREATE_SINK".into()))
 }
 

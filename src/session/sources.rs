@@ -35,6 +35,7 @@ pub(super) fn create_source(session: &Session, create: CreateSource) -> Result<O
         depends_on: vec![],
         options: create.options.clone(),
         watermark: None,
+        parallelism: None,
     };
     if let Some((column, expression)) = &create.watermark {
         let field = rel

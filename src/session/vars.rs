@@ -219,6 +219,7 @@ impl SessionVars {
                 "UTC".to_string()
             }
             "streaming_parallelism" => {
+                let value = value.trim().to_ascii_lowercase();
                 if value != "default" && value.parse::<u32>().map(|n| n == 0).unwrap_or(true) {
                     return Err(EddyError::new(
                         sqlstate::INVALID_PARAMETER_VALUE,

@@ -6,6 +6,7 @@
 //! are one contiguous key range and one key group of one table is a contiguous sub-range:
 //! the unit that rescaling moves between subtasks.
 
+pub mod changelog;
 pub mod keys;
 pub mod state_table;
 pub mod store;

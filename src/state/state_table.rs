@@ -7,9 +7,11 @@
 //! A table with a primary key is keyed by it, so writing a row whose key exists replaces
 //! it. A table without one is keyed by a hidden row id from a persistent sequence.
 
+use super::changelog::ChangeLog;
 use super::keys::{KEY_PREFIX_LEN, encode_state_key, key_group_of, table_prefix};
 use super::store::StateStore;
 use crate::error::{EddyError, Result, sqlstate};
+use crate::stream::{Message, Op, StreamChunk};
 use arrow::array::{ArrayRef, RecordBatch};
 use arrow::datatypes::SchemaRef;
 use arrow::row::{RowConverter, SortField};
@@ -60,6 +62,7 @@ pub struct StateTable {
     store: Arc<StateStore>,
     value_codec: RowConverter,
     key_codec: Option<RowConverter>,
+    changes: ChangeLog,
 }
 
 /// How many rows a scan puts in one batch.
@@ -96,6 +99,7 @@ impl StateTable {
             store,
             value_codec,
             key_codec,
+            changes: ChangeLog::default(),
         })
     }
 
@@ -127,38 +131,109 @@ impl StateTable {
         Ok(())
     }
 
+    /// The change stream of this table: every write below is also sent to its subscribers.
+    pub fn changes(&self) -> &ChangeLog {
+        &self.changes
+    }
+
+    fn decode(&self, values: &[Vec<u8>]) -> Result<RecordBatch> {
+        let parser = self.value_codec.parser();
+        let columns = self
+            .value_codec
+            .convert_rows(values.iter().map(|v| parser.parse(v)))?;
+        Ok(RecordBatch::try_new_with_options(
+            self.schema.clone(),
+            columns,
+            &arrow::array::RecordBatchOptions::new().with_row_count(Some(values.len())),
+        )?)
+    }
+
+    /// The rows stored under the given state keys, as deletes for the change stream.
+    fn deletes_at(&self, state_keys: &[Vec<u8>]) -> Result<StreamChunk> {
+        let mut keys = Vec::new();
+        let mut values = Vec::new();
+        for (key, value) in state_keys.iter().zip(self.store.multi_get(state_keys)?) {
+            if let Some(value) = value {
+                keys.push(key[KEY_PREFIX_LEN..].to_vec());
+                values.push(value);
+            }
+        }
+        Ok(StreamChunk {
+            ops: vec![Op::Delete; keys.len()],
+            batch: self.decode(&values)?,
+            keys: Some(keys),
+        })
+    }
+
+    /// The memcomparable primary keys of a batch's rows.
+    fn primary_keys(&self, key_codec: &RowConverter, batch: &RecordBatch) -> Result<Vec<Vec<u8>>> {
+        let pk_columns: Vec<ArrayRef> = self
+            .pk_indices
+            .iter()
+            .map(|i| batch.column(*i).clone())
+            .collect();
+        let rows = key_codec.convert_columns(&pk_columns)?;
+        Ok(rows.iter().map(|r| r.as_ref().to_vec()).collect())
+    }
+
+    fn state_key(&self, key: &[u8]) -> Vec<u8> {
+        let mut out = Vec::new();
+        encode_state_key(self.table_id, key_group_of(key), key, &mut out);
+        out
+    }
+
     /// Inserts (or, for an existing primary key, replaces) every row of `batch`.
     pub fn upsert(&self, batch: &RecordBatch) -> Result<usize> {
+        self.upsert_from(0, batch)
+    }
+
+    fn upsert_from(&self, publisher: usize, batch: &RecordBatch) -> Result<usize> {
         let rows = batch.num_rows();
         if rows == 0 {
             return Ok(0);
         }
         self.check_not_null(batch)?;
         let values = self.value_codec.convert_columns(batch.columns())?;
+        let mut log = self.changes.lock();
         match &self.key_codec {
             Some(key_codec) => {
-                let pk_columns: Vec<ArrayRef> = self
-                    .pk_indices
-                    .iter()
-                    .map(|i| batch.column(*i).clone())
-                    .collect();
-                let keys = key_codec.convert_columns(&pk_columns)?;
+                let keys = self.primary_keys(key_codec, batch)?;
+                let state_keys: Vec<Vec<u8>> = keys.iter().map(|k| self.state_key(k)).collect();
+                // The last row of a key wins; the change stream sees only that row, after
+                // a delete of the row it replaces.
+                let changes = if log.has_subscribers() {
+                    let mut last = std::collections::HashMap::with_capacity(rows);
+                    for (row, key) in keys.iter().enumerate() {
+                        last.insert(key.as_slice(), row);
+                    }
+                    let mut kept: Vec<u32> = last.into_values().map(|r| r as u32).collect();
+                    kept.sort_unstable();
+                    let kept_state_keys: Vec<Vec<u8>> = kept
+                        .iter()
+                        .map(|r| state_keys[*r as usize].clone())
+                        .collect();
+                    let deletes = self.deletes_at(&kept_state_keys)?;
+                    let inserts = StreamChunk {
+                        ops: vec![Op::Insert; kept.len()],
+                        batch: take_rows(batch, &kept)?,
+                        keys: Some(kept.iter().map(|r| keys[*r as usize].clone()).collect()),
+                    };
+                    Some((deletes, inserts))
+                } else {
+                    None
+                };
                 let mut wb = WriteBatch::default();
-                let mut key_buf = Vec::new();
-                for row in 0..rows {
-                    let key = keys.row(row);
-                    encode_state_key(
-                        self.table_id,
-                        key_group_of(key.as_ref()),
-                        key.as_ref(),
-                        &mut key_buf,
-                    );
-                    wb.put(&key_buf, values.row(row).as_ref());
+                for (row, key) in state_keys.iter().enumerate() {
+                    wb.put(key, values.row(row).as_ref());
                 }
                 self.store.write(wb)?;
+                if let Some((deletes, inserts)) = changes {
+                    log.publish_chunk(publisher, deletes);
+                    log.publish_chunk(publisher, inserts);
+                }
             }
             None => {
-                self.store.write_with_row_ids(rows as u64, |first, wb| {
+                let first = self.store.write_with_row_ids(rows as u64, |first, wb| {
                     let mut key_buf = Vec::new();
                     for row in 0..rows {
                         let id = (first + row as u64).to_be_bytes();
@@ -167,6 +242,17 @@ impl StateTable {
                     }
                     Ok(())
                 })?;
+                log.publish(publisher, || {
+                    Some(Message::Chunk(StreamChunk {
+                        ops: vec![Op::Insert; rows],
+                        batch: batch.clone(),
+                        keys: Some(
+                            (0..rows as u64)
+                                .map(|i| (first + i).to_be_bytes().to_vec())
+                                .collect(),
+                        ),
+                    }))
+                });
             }
         }
         Ok(rows)
@@ -181,69 +267,96 @@ impl StateTable {
         }
         self.check_not_null(batch)?;
         let values = self.value_codec.convert_columns(batch.columns())?;
+        let mut log = self.changes.lock();
+        let deletes = if log.has_subscribers() {
+            Some(self.deletes_at(old_keys)?)
+        } else {
+            None
+        };
         let mut wb = WriteBatch::default();
-        match &self.key_codec {
+        let new_keys: Vec<Vec<u8>> = match &self.key_codec {
             Some(key_codec) => {
-                let pk_columns: Vec<ArrayRef> = self
-                    .pk_indices
-                    .iter()
-                    .map(|i| batch.column(*i).clone())
-                    .collect();
-                let keys = key_codec.convert_columns(&pk_columns)?;
                 for k in old_keys {
                     wb.delete(k);
                 }
-                let mut key_buf = Vec::new();
-                for row in 0..batch.num_rows() {
-                    let key = keys.row(row);
-                    encode_state_key(
-                        self.table_id,
-                        key_group_of(key.as_ref()),
-                        key.as_ref(),
-                        &mut key_buf,
-                    );
-                    wb.put(&key_buf, values.row(row).as_ref());
+                let keys = self.primary_keys(key_codec, batch)?;
+                for (row, key) in keys.iter().enumerate() {
+                    wb.put(self.state_key(key), values.row(row).as_ref());
                 }
+                keys
             }
             None => {
                 for (row, k) in old_keys.iter().enumerate() {
                     wb.put(k, values.row(row).as_ref());
                 }
+                old_keys
+                    .iter()
+                    .map(|k| k[KEY_PREFIX_LEN..].to_vec())
+                    .collect()
             }
-        }
+        };
         self.store.write(wb)?;
+        if let Some(deletes) = deletes {
+            log.publish_chunk(0, deletes);
+            log.publish_chunk(
+                0,
+                StreamChunk {
+                    ops: vec![Op::Insert; batch.num_rows()],
+                    batch: batch.clone(),
+                    keys: Some(new_keys),
+                },
+            );
+        }
         Ok(old_keys.len())
     }
 
-    /// Applies keyed changes: each row is stored under its memcomparable `key`
-    /// (inserts and updates replace the row, deletes remove it). This is how a
-    /// materialized view keeps one row per stream key.
-    pub fn write_keyed(
-        &self,
-        keys: &[Vec<u8>],
-        deletes: &[bool],
-        batch: &RecordBatch,
-    ) -> Result<()> {
+    /// Applies a chunk of a materialized view's output from one of its `publisher`
+    /// subtasks: keyed rows replace or delete the row stored under their stream key;
+    /// rows of an append-only stream are added under new hidden ids.
+    pub fn apply_chunk(&self, publisher: usize, chunk: &StreamChunk) -> Result<()> {
+        let batch = conform(&chunk.batch, &self.schema)?;
+        let Some(keys) = &chunk.keys else {
+            self.upsert_from(publisher, &batch)?;
+            return Ok(());
+        };
         let values = self.value_codec.convert_columns(batch.columns())?;
         let mut wb = WriteBatch::default();
         let mut key_buf = Vec::new();
         for (row, key) in keys.iter().enumerate() {
             encode_state_key(self.table_id, key_group_of(key), key, &mut key_buf);
-            if deletes[row] {
-                wb.delete(&key_buf);
-            } else {
+            if chunk.ops[row].is_insert() {
                 wb.put(&key_buf, values.row(row).as_ref());
+            } else {
+                wb.delete(&key_buf);
             }
         }
-        self.store.write(wb)
+        let mut log = self.changes.lock();
+        self.store.write(wb)?;
+        log.publish(publisher, || {
+            Some(Message::Chunk(StreamChunk {
+                ops: chunk.ops.clone(),
+                batch,
+                keys: Some(keys.clone()),
+            }))
+        });
+        Ok(())
     }
 
     pub fn delete_keys(&self, keys: &[Vec<u8>]) -> Result<usize> {
+        let mut log = self.changes.lock();
+        let deletes = if log.has_subscribers() {
+            Some(self.deletes_at(keys)?)
+        } else {
+            None
+        };
         let mut wb = WriteBatch::default();
         for k in keys {
             wb.delete(k);
         }
         self.store.write(wb)?;
+        if let Some(deletes) = deletes {
+            log.publish_chunk(0, deletes);
+        }
         Ok(keys.len())
     }
 
@@ -283,6 +396,55 @@ impl StateTable {
 
     /// Removes every row (the table itself stays).
     pub fn truncate(&self) -> Result<()> {
-        self.store.delete_prefix(&table_prefix(self.table_id))
+        let mut log = self.changes.lock();
+        let deletes = if log.has_subscribers() {
+            self.scan()?
+        } else {
+            vec![]
+        };
+        self.store.delete_prefix(&table_prefix(self.table_id))?;
+        for scanned in deletes {
+            log.publish_chunk(
+                0,
+                StreamChunk {
+                    ops: vec![Op::Delete; scanned.keys.len()],
+                    keys: Some(
+                        scanned
+                            .keys
+                            .iter()
+                            .map(|k| k[KEY_PREFIX_LEN..].to_vec())
+                            .collect(),
+                    ),
+                    batch: scanned.batch,
+                },
+            );
+        }
+        Ok(())
     }
+
+    /// The current rows as inserts keyed by their stream keys: where a new subscriber of
+    /// the change stream starts (call inside [`ChangeLog::subscribe`]).
+    pub fn snapshot(&self) -> Result<Vec<StreamChunk>> {
+        Ok(self
+            .scan()?
+            .into_iter()
+            .map(|scanned| StreamChunk {
+                ops: vec![Op::Insert; scanned.keys.len()],
+                keys: Some(
+                    scanned
+                        .keys
+                        .iter()
+                        .map(|k| k[KEY_PREFIX_LEN..].to_vec())
+                        .collect(),
+                ),
+                batch: scanned.batch,
+            })
+            .collect())
+    }
+}
+
+/// The given rows of a batch, in order.
+fn take_rows(batch: &RecordBatch, rows: &[u32]) -> Result<RecordBatch> {
+    let indices = arrow::array::UInt32Array::from(rows.to_vec());
+    Ok(arrow::compute::take_record_batch(batch, &indices)?)
 }

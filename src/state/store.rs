@@ -42,6 +42,15 @@ impl StateStore {
         Ok(self.db.get(key)?)
     }
 
+    /// Reads several keys at once.
+    pub fn multi_get(&self, keys: &[Vec<u8>]) -> Result<Vec<Option<Vec<u8>>>> {
+        self.db
+            .multi_get(keys)
+            .into_iter()
+            .map(|r| Ok(r?))
+            .collect()
+    }
+
     /// Applies a batch atomically. The write goes through RocksDB's WAL, so it survives
     /// the process being killed once this returns.
     pub fn write(&self, batch: WriteBatch) -> Result<()> {
@@ -55,7 +64,7 @@ impl StateStore {
         &self,
         count: u64,
         fill: impl FnOnce(u64, &mut WriteBatch) -> Result<()>,
-    ) -> Result<()> {
+    ) -> Result<u64> {
         let mut next = self.row_id_lock.lock();
         let first = *next;
         let mut batch = WriteBatch::default();
@@ -63,7 +72,7 @@ impl StateStore {
         batch.put(ROW_ID_SEQUENCE_KEY, (first + count).to_be_bytes());
         self.db.write(batch)?;
         *next = first + count;
-        Ok(())
+        Ok(first)
     }
 
     /// Visits every key-value pair whose key starts with `prefix`, in key order.

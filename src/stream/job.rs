@@ -1,21 +1,26 @@
-//! Running jobs: one task per materialized view that reads the source, runs the operator
-//! chain and writes the view's state table. The [`JobRegistry`] knows every job and its
-//! progress (the `eddy_catalog.jobs` table shows it).
+//! Jobs: the running dataflow of a materialized view or sink.
+//!
+//! [`JobRegistry::spawn`] turns a [`StreamGraph`] into tasks — one per subtask of every
+//! fragment — wires them with bounded channels, places them in worker slots and starts
+//! them. The registry also injects barriers (`FLUSH` waits for one to pass through every
+//! job) and keeps each job's progress and each task's counters for the system tables.
 
-use super::operators::run_chain;
-use super::planner::JobPlan;
-use super::{Op, StreamChunk};
-use crate::connectors::ConnectorSpec;
+use super::barrier_align::{AlignedInputs, Input};
+use super::dispatch::{CHANNEL_CAPACITY, Dispatcher};
+use super::graph::{FragmentInput, StreamGraph, Terminal};
+use super::task::{Task, TaskInput, TaskOutput};
+use super::workers::Workers;
+use super::{Barrier, StreamChunk};
+use crate::catalog::{Relation, RelationKind};
 use crate::error::Result;
 use crate::state::StateTable;
 use parking_lot::Mutex;
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashSet};
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::time::{Duration, Instant, SystemTime};
-
-/// Rows a source split reads at a time.
-const SOURCE_BATCH_ROWS: usize = 1024;
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
+use std::time::{Duration, SystemTime};
+use tokio::sync::mpsc::{UnboundedSender, channel, unbounded_channel};
+use tokio::sync::{Notify, watch};
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum JobState {
@@ -34,7 +39,25 @@ impl JobState {
     }
 }
 
-/// A job's progress, shared between its task and whoever asks.
+/// Counters of one task, for `eddy_catalog.tasks`. Times are in nanoseconds: busy
+/// (running operators, reading a source), backpressured (waiting to send downstream),
+/// idle (waiting for input).
+pub struct TaskInfo {
+    pub job: String,
+    pub fragment: usize,
+    pub subtask: usize,
+    pub slot: usize,
+    pub worker: usize,
+    /// The operators chained in the task, e.g. `Source -> Filter -> Project`.
+    pub operators: String,
+    pub rows_in: AtomicU64,
+    pub rows_out: AtomicU64,
+    pub busy_ns: AtomicU64,
+    pub backpressure_ns: AtomicU64,
+    pub idle_ns: AtomicU64,
+}
+
+/// A job's progress, shared between its tasks and whoever asks.
 pub struct JobInfo {
     pub name: String,
     pub state: Mutex<JobState>,
@@ -46,59 +69,70 @@ pub struct JobInfo {
     pub malformed_rows: AtomicU64,
     pub started: SystemTime,
     pub finished: Mutex<Option<SystemTime>>,
-    stop: AtomicBool,
+    pub tasks: Vec<Arc<TaskInfo>>,
+    stopped: AtomicBool,
+    stop_signal: watch::Sender<bool>,
+    /// Tasks still running; the last one to end settles the job's state.
+    running_tasks: AtomicUsize,
+    /// Per subtask of the last fragment: the last barrier epoch it passed on
+    /// (`u64::MAX` once it has ended).
+    acked: Mutex<Vec<u64>>,
+    /// Barrier inlets: one per connector source subtask.
+    injectors: Vec<UnboundedSender<Barrier>>,
+    /// Tables the job reads changes from: barriers are injected into their change logs.
+    tables: Vec<Arc<StateTable>>,
+    registry_notify: Arc<Notify>,
 }
 
-#[derive(Default)]
-pub struct JobRegistry {
-    jobs: Mutex<BTreeMap<String, Arc<JobInfo>>>,
-}
-
-impl JobRegistry {
-    pub fn jobs(&self) -> Vec<Arc<JobInfo>> {
-        self.jobs.lock().values().cloned().collect()
+impl JobInfo {
+    pub fn is_running(&self) -> bool {
+        *self.state.lock() == JobState::Running
     }
 
-    /// Stops a job (its task ends at the next batch) and forgets it.
-    pub fn stop(&self, name: &str) {
-        if let Some(job) = self.jobs.lock().remove(name) {
-            job.stop.store(true, Ordering::SeqCst);
+    /// Records a task's failure: the job stops and shows the error.
+    pub(super) fn fail(&self, message: String) {
+        tracing::warn!(job = %self.name, "job failed: {message}");
+        let mut error = self.error.lock();
+        if error.is_none() {
+            *error = Some(message);
+        }
+        drop(error);
+        self.stop_signal.send_replace(true);
+    }
+
+    pub(super) fn is_stopped(&self) -> bool {
+        self.stopped.load(Ordering::SeqCst) || *self.stop_signal.borrow()
+    }
+
+    pub(super) fn stop_receiver(&self) -> watch::Receiver<bool> {
+        self.stop_signal.subscribe()
+    }
+
+    pub(super) fn ack(&self, subtask: usize, epoch: u64) {
+        if let Some(a) = self.acked.lock().get_mut(subtask) {
+            *a = (*a).max(epoch);
+        }
+        self.registry_notify.notify_waiters();
+    }
+
+    /// A task ended; the last one settles the job's state.
+    pub(super) fn task_ended(&self) {
+        if self.running_tasks.fetch_sub(1, Ordering::SeqCst) == 1 {
+            if !self.stopped.load(Ordering::SeqCst) {
+                let state = if self.error.lock().is_some() {
+                    JobState::Failed
+                } else {
+                    JobState::Finished
+                };
+                *self.state.lock() = state;
+                *self.finished.lock() = Some(SystemTime::now());
+            }
+            self.registry_notify.notify_waiters();
         }
     }
 
-    /// Starts a job: reads its source from the beginning and delivers the results.
-    pub fn spawn(&self, name: &str, plan: JobPlan, output: JobOutput) -> Result<Arc<JobInfo>> {
-        let spec = ConnectorSpec::from_options(&plan.source.arrow_schema(), &plan.source.options)?;
-        let info = Arc::new(JobInfo {
-            name: name.to_string(),
-            state: Mutex::new(JobState::Running),
-            error: Mutex::new(None),
-            rows_read: AtomicU64::new(0),
-            rows_written: AtomicU64::new(0),
-            malformed_rows: AtomicU64::new(0),
-            started: SystemTime::now(),
-            finished: Mutex::new(None),
-            stop: AtomicBool::new(false),
-        });
-        self.stop(name);
-        self.jobs.lock().insert(name.to_string(), info.clone());
-        let task_info = info.clone();
-        tokio::spawn(async move {
-            let result = run(plan, spec, output, &task_info).await;
-            let state = match result {
-                Ok(()) => JobState::Finished,
-                Err(e) => {
-                    tracing::warn!(job = %task_info.name, "job failed: {e}");
-                    *task_info.error.lock() = Some(e.message.clone());
-                    JobState::Failed
-                }
-            };
-            if !task_info.stop.load(Ordering::SeqCst) {
-                *task_info.state.lock() = state;
-                *task_info.finished.lock() = Some(SystemTime::now());
-            }
-        });
-        Ok(info)
+    fn has_passed(&self, epoch: u64) -> bool {
+        !self.is_running() || self.acked.lock().iter().all(|a| *a >= epoch)
     }
 }
 
@@ -110,78 +144,264 @@ pub enum JobOutput {
     Blackhole,
 }
 
-async fn run(
-    mut plan: JobPlan,
-    spec: ConnectorSpec,
-    output: JobOutput,
-    info: &JobInfo,
-) -> Result<()> {
-    let mut splits = spec.split_readers();
-    let mut finished_malformed = 0;
-    let started = Instant::now();
-    let rate = spec.rows_per_second();
-    let batch_rows = if rate > 0 {
-        SOURCE_BATCH_ROWS.min(rate.max(1) as usize)
-    } else {
-        SOURCE_BATCH_ROWS
-    };
-    while !splits.is_empty() {
-        let mut i = 0;
-        while i < splits.len() {
-            if info.stop.load(Ordering::SeqCst) {
-                return Ok(());
-            }
-            let Some(batch) = splits[i].next_batch(batch_rows)? else {
-                finished_malformed += splits.remove(i).malformed();
-                continue;
-            };
-            i += 1;
-            let malformed = finished_malformed + splits.iter().map(|s| s.malformed()).sum::<u64>();
-            info.malformed_rows.store(malformed, Ordering::Relaxed);
-            let rows = batch.num_rows() as u64;
-            let batch = match &plan.source_projection {
-                Some(p) => batch.project(p)?,
-                None => batch,
-            };
-            for chunk in run_chain(&mut plan.operators, StreamChunk::inserts(batch))? {
-                if let JobOutput::View(view) = &output {
-                    materialize(view, &chunk)?;
-                }
-                info.rows_written
-                    .fetch_add(chunk.num_rows() as u64, Ordering::Relaxed);
-            }
-            let total = info.rows_read.fetch_add(rows, Ordering::Relaxed) + rows;
-            if rate > 0 {
-                // Keep to the configured rate: the time `total` rows should have taken.
-                let due = Duration::from_secs_f64(total as f64 / rate as f64);
-                let elapsed = started.elapsed();
-                if due > elapsed {
-                    tokio::time::sleep(due - elapsed).await;
-                }
-            } else {
-                tokio::task::yield_now().await;
-            }
+impl JobOutput {
+    pub fn terminal(&self) -> Terminal {
+        match self {
+            JobOutput::View(_) => Terminal::Materialize,
+            JobOutput::Blackhole => Terminal::Blackhole,
         }
     }
-    Ok(())
 }
 
-/// Writes a chunk into the view's state: keyed rows replace or delete their key; rows
-/// of an append-only view are added.
-fn materialize(view: &StateTable, chunk: &StreamChunk) -> Result<()> {
-    let batch = crate::state::state_table::conform(&chunk.batch, view.schema())?;
-    match &chunk.keys {
-        Some(keys) => {
-            let deletes: Vec<bool> = chunk
-                .ops
-                .iter()
-                .map(|o| matches!(o, Op::Delete | Op::UpdateDelete))
-                .collect();
-            view.write_keyed(keys, &deletes, &batch)
+pub struct JobRegistry {
+    jobs: Mutex<BTreeMap<String, Arc<JobInfo>>>,
+    workers: Workers,
+    epoch: AtomicU64,
+    notify: Arc<Notify>,
+}
+
+impl JobRegistry {
+    pub fn new(workers: usize, slots_per_worker: usize) -> std::io::Result<Self> {
+        Ok(Self {
+            jobs: Mutex::new(BTreeMap::new()),
+            workers: Workers::start(workers, slots_per_worker)?,
+            epoch: AtomicU64::new(0),
+            notify: Arc::new(Notify::new()),
+        })
+    }
+
+    pub fn worker_count(&self) -> usize {
+        self.workers.worker_count()
+    }
+
+    pub fn jobs(&self) -> Vec<Arc<JobInfo>> {
+        self.jobs.lock().values().cloned().collect()
+    }
+
+    /// Stops a job (its tasks end at their next step) and forgets it.
+    pub fn stop(&self, name: &str) {
+        if let Some(job) = self.jobs.lock().remove(name) {
+            job.stopped.store(true, Ordering::SeqCst);
+            job.stop_signal.send_replace(true);
         }
-        None => {
-            view.upsert(&batch)?;
-            Ok(())
+    }
+
+    /// Injects a barrier into every running job and waits until each has passed it to its
+    /// output: every write made before the call is then visible in every view.
+    pub async fn flush(&self) {
+        let epoch = self.epoch.fetch_add(1, Ordering::SeqCst) + 1;
+        let barrier = Barrier { epoch };
+        let jobs: Vec<Arc<JobInfo>> = self.jobs().into_iter().filter(|j| j.is_running()).collect();
+        let mut tables_done = HashSet::new();
+        for job in &jobs {
+            for injector in &job.injectors {
+                let _ = injector.send(barrier);
+            }
+            for table in &job.tables {
+                if tables_done.insert(table.table_id()) {
+                    table.changes().barrier(0, barrier);
+                }
+            }
         }
+        while !jobs.iter().all(|j| j.has_passed(epoch)) {
+            // Woken by acks; the timeout covers a wake-up that raced the check.
+            let _ = tokio::time::timeout(Duration::from_millis(20), self.notify.notified()).await;
+        }
+    }
+
+    /// Starts a job: builds its tasks, wires them and places them in slots. `table_of`
+    /// gives the state table of a table or view the job reads changes from.
+    pub fn spawn(
+        &self,
+        name: &str,
+        graph: &StreamGraph,
+        output: JobOutput,
+        table_of: &dyn Fn(&Relation) -> Result<Arc<StateTable>>,
+    ) -> Result<Arc<JobInfo>> {
+        let fragments = &graph.fragments;
+        let last = fragments.len() - 1;
+        // Channels: inputs[f][subtask] and dispatch senders[f][subtask][downstream subtask].
+        let mut inputs: Vec<Vec<Vec<Input>>> = fragments
+            .iter()
+            .map(|f| (0..f.parallelism).map(|_| Vec::new()).collect())
+            .collect();
+        let mut dispatchers: Vec<Vec<Option<Dispatcher>>> = fragments
+            .iter()
+            .map(|f| (0..f.parallelism).map(|_| None).collect())
+            .collect();
+        for (down, fragment) in fragments.iter().enumerate() {
+            let FragmentInput::Upstream(edges) = &fragment.input else {
+                continue;
+            };
+            for (up, exchange) in edges {
+                let forward = matches!(exchange, super::graph::Exchange::Forward);
+                for (i, dispatcher) in dispatchers[*up].iter_mut().enumerate() {
+                    let mut senders = Vec::new();
+                    let targets: Vec<usize> = if forward {
+                        vec![i]
+                    } else {
+                        (0..fragment.parallelism).collect()
+                    };
+                    for j in targets {
+                        let (tx, rx) = channel(CHANNEL_CAPACITY);
+                        senders.push(tx);
+                        inputs[down][j].push(Input::Task(rx));
+                    }
+                    *dispatcher = Some(Dispatcher::new(exchange, senders)?);
+                }
+            }
+        }
+
+        let (stop_signal, _) = watch::channel(false);
+        let mut tasks: Vec<(super::workers::Placement, Task)> = Vec::new();
+        let mut infos = Vec::new();
+        let mut injectors = Vec::new();
+        let mut tables = Vec::new();
+        let terminal = output.terminal();
+        let view = match &output {
+            JobOutput::View(table) => {
+                table.changes().restart(fragments[last].parallelism);
+                Some(table.clone())
+            }
+            JobOutput::Blackhole => None,
+        };
+        for (f, fragment) in fragments.iter().enumerate() {
+            let mut changes: Option<(Vec<StreamChunk>, Vec<Input>)> = match &fragment.input {
+                FragmentInput::Changes { relation, .. } => {
+                    let table = table_of(relation)?;
+                    let (snapshot, receivers) = table.changes().subscribe(|| table.snapshot())?;
+                    if relation.kind == RelationKind::Table {
+                        tables.push(table.clone());
+                    }
+                    Some((
+                        snapshot,
+                        receivers.into_iter().map(Input::Changes).collect(),
+                    ))
+                }
+                _ => None,
+            };
+            for subtask in 0..fragment.parallelism {
+                let placement = self.workers.place(subtask);
+                let input = match &fragment.input {
+                    FragmentInput::Connector {
+                        spec, projection, ..
+                    } => {
+                        let readers = (0..spec.split_count())
+                            .filter(|s| s % fragment.parallelism == subtask)
+                            .map(|s| spec.split_reader(s))
+                            .collect::<Vec<_>>();
+                        let share = readers.len() as f64 / spec.split_count().max(1) as f64;
+                        let (tx, rx) = unbounded_channel();
+                        injectors.push(tx);
+                        TaskInput::Connector {
+                            readers,
+                            projection: projection.clone(),
+                            rows_per_second: spec.rows_per_second() as f64 * share,
+                            barriers: rx,
+                        }
+                    }
+                    FragmentInput::Changes { projection, .. } => {
+                        let (snapshot, receivers) = changes.take().ok_or_else(|| {
+                            crate::error::EddyError::internal("a change stream has one subtask")
+                        })?;
+                        TaskInput::Merge {
+                            snapshot,
+                            projection: projection.clone(),
+                            inputs: AlignedInputs::new(receivers),
+                        }
+                    }
+                    FragmentInput::Upstream(_) => TaskInput::Merge {
+                        snapshot: vec![],
+                        projection: None,
+                        inputs: AlignedInputs::new(std::mem::take(&mut inputs[f][subtask])),
+                    },
+                };
+                let chain = fragment
+                    .chain
+                    .iter()
+                    .map(|spec| (spec.build)())
+                    .collect::<Result<Vec<_>>>()?;
+                let task_output = if f == last {
+                    match &view {
+                        Some(table) => TaskOutput::Materialize {
+                            table: table.clone(),
+                            publisher: subtask,
+                        },
+                        None => TaskOutput::Blackhole,
+                    }
+                } else {
+                    TaskOutput::Dispatch(dispatchers[f][subtask].take().ok_or_else(|| {
+                        crate::error::EddyError::internal("fragment without a downstream edge")
+                    })?)
+                };
+                let mut names = vec![
+                    match &fragment.input {
+                        FragmentInput::Connector { .. } => "Source",
+                        FragmentInput::Changes { .. } => "Changes",
+                        FragmentInput::Upstream(_) => "Merge",
+                    }
+                    .to_string(),
+                ];
+                names.extend(chain.iter().map(|o| o.name().to_string()));
+                if f == last {
+                    names.push(
+                        match terminal {
+                            Terminal::Materialize => "Materialize",
+                            Terminal::Blackhole => "BlackholeSink",
+                        }
+                        .into(),
+                    );
+                }
+                let info = Arc::new(TaskInfo {
+                    job: name.to_string(),
+                    fragment: f,
+                    subtask,
+                    slot: placement.slot,
+                    worker: placement.worker,
+                    operators: names.join(" -> "),
+                    rows_in: AtomicU64::new(0),
+                    rows_out: AtomicU64::new(0),
+                    busy_ns: AtomicU64::new(0),
+                    backpressure_ns: AtomicU64::new(0),
+                    idle_ns: AtomicU64::new(0),
+                });
+                infos.push(info.clone());
+                tasks.push((
+                    placement,
+                    Task {
+                        info,
+                        input,
+                        chain,
+                        output: task_output,
+                        terminal_subtask: (f == last).then_some(subtask),
+                    },
+                ));
+            }
+        }
+        let job = Arc::new(JobInfo {
+            name: name.to_string(),
+            state: Mutex::new(JobState::Running),
+            error: Mutex::new(None),
+            rows_read: AtomicU64::new(0),
+            rows_written: AtomicU64::new(0),
+            malformed_rows: AtomicU64::new(0),
+            started: SystemTime::now(),
+            finished: Mutex::new(None),
+            tasks: infos,
+            stopped: AtomicBool::new(false),
+            stop_signal,
+            running_tasks: AtomicUsize::new(tasks.len()),
+            acked: Mutex::new(vec![0; fragments[last].parallelism]),
+            injectors,
+            tables,
+            registry_notify: self.notify.clone(),
+        });
+        self.stop(name);
+        self.jobs.lock().insert(name.to_string(), job.clone());
+        for (placement, task) in tasks {
+            let job = job.clone();
+            self.workers.spawn(placement, task.run(job));
+        }
+        Ok(job)
     }
 }

@@ -1,15 +1,21 @@
-//! The streaming runtime: continuous queries as chains of operators over Arrow batches.
+//! The streaming runtime: continuous queries as parallel dataflows over Arrow batches.
 //!
-//! What exists today is the first slice of `../shared/DESIGN.md`'s runtime: a job is one
-//! task that reads its source's splits, pushes each batch through a chain of operators
-//! (called directly, no channel between them) and writes the result into the
-//! materialized view's state table. Parallel subtasks, exchanges, barriers and
-//! checkpoints come next; the types here ([`StreamChunk`] with per-row ops, the
-//! [`operators::Operator`] trait) are the ones they will use.
+//! A materialized view's query is planned into a [`graph::StreamGraph`] of fragments
+//! ([`planner`]); each fragment runs as parallel subtasks ([`task`]) placed in slots of
+//! worker threads ([`workers`]); tasks exchange [`Message`]s over bounded channels
+//! ([`dispatch`]), aligning barriers where inputs meet ([`barrier_align`]). [`job`] ties
+//! it together and tracks every job and task. See `docs/architecture.md`.
 
+pub mod barrier_align;
 pub mod chunk;
+pub mod dispatch;
+pub mod graph;
 pub mod job;
+pub mod message;
 pub mod operators;
 pub mod planner;
+pub mod task;
+pub mod workers;
 
 pub use chunk::{Op, StreamChunk};
+pub use message::{Barrier, Message};

@@ -47,13 +47,18 @@ impl TestServer {
         let addr: SocketAddr = format!("127.0.0.1:{port}").parse().unwrap();
         let log = std::fs::File::create(data_dir.with_extension(format!("{port}.log")))
             .expect("create server log");
+        // Two streaming workers unless the test asks for another number.
+        let workers: &[&str] = if args.contains(&"--workers") {
+            &[]
+        } else {
+            &["--workers", "2"]
+        };
         let child = Command::new(env!("CARGO_BIN_EXE_eddy"))
             .arg("--listen")
             .arg(addr.to_string())
             .arg("--data-dir")
             .arg(data_dir)
-            .arg("--workers")
-            .arg("2")
+            .args(workers)
             .args(args)
             .env("RUST_LOG", "warn")
             .stdin(Stdio::null())

@@ -1,11 +1,15 @@
-//! HashAgg: `GROUP BY` with `count`, `sum`, `min`, `max`, `avg`, keeping one state per
-//! group and emitting, for every group a chunk touched, its new result row keyed by the
-//! group key. Operators that follow the aggregate in the query (the projection of the
+//! HashAgg: `GROUP BY` with `count`, `count(DISTINCT)`, `sum`, `min`, `max`, `avg`,
+//! keeping one state per group. For every group a chunk touched it emits the change of
+//! the group's result row, keyed by the group key: an `Insert` for a new group, an
+//! `UpdateDelete`/`UpdateInsert` pair for a changed one, a `Delete` when its last row was
+//! retracted. Operators that follow the aggregate in the query (the projection of the
 //! select list, `HAVING`) run on those result rows here, so the key stays attached; a
 //! group whose row `HAVING` now rejects is emitted as a delete.
 //!
-//! This first version takes append-only input (sources); retractions from updated tables
-//! arrive with the table change streams.
+//! Input rows may be inserts or deletes (from tables and other views): counts and sums
+//! are decremented, and `min`/`max`/`count(DISTINCT)` keep a count per distinct value so
+//! that retracting the current extreme finds the next one. Values are kept in arrow-row's
+//! memcomparable form, converted a whole column at a time.
 
 use super::Operator;
 use super::filter::mask;
@@ -18,7 +22,7 @@ use arrow::datatypes::{DataType, Float64Type, Int64Type, SchemaRef};
 use arrow::row::{OwnedRow, RowConverter, SortField};
 use datafusion::common::ScalarValue;
 use datafusion::physical_expr::PhysicalExpr;
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -32,14 +36,18 @@ pub enum AggKind {
     Avg,
 }
 
+#[derive(Clone)]
 pub struct AggCall {
     pub kind: AggKind,
     pub arg: Option<Arc<dyn PhysicalExpr>>,
+    /// The argument's type (`Null` for `count(*)`).
+    pub arg_type: DataType,
     /// The type DataFusion gives the result (`sum(int)` is `bigint`, `avg` is `double`).
     pub output_type: DataType,
 }
 
 /// What runs on the aggregate's result rows before they leave the operator.
+#[derive(Clone)]
 pub enum PostOp {
     Project(Project),
     Filter(Arc<dyn PhysicalExpr>),
@@ -51,9 +59,23 @@ enum AggState {
     /// Sums of integers (exact in i128) with the count of non-null inputs.
     IntSum(Vec<i128>, Vec<i64>),
     FloatSum(Vec<f64>, Vec<i64>),
-    Extreme(Vec<Option<ScalarValue>>, bool),
-    /// The distinct non-null values seen per group (memcomparable), for `count(DISTINCT)`.
-    Distinct(Vec<std::collections::HashSet<Vec<u8>>>),
+    /// Per group, how many times each value (memcomparable) is present; the smallest or
+    /// largest key is the result. `count(DISTINCT)` counts the keys.
+    Values {
+        counts: Vec<BTreeMap<Vec<u8>, i64>>,
+        codec: RowConverter,
+        /// The type values are kept in.
+        value_type: DataType,
+        take: Extreme,
+    },
+}
+
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Extreme {
+    Min,
+    Max,
+    /// `count(DISTINCT)`: the number of distinct values.
+    Distinct,
 }
 
 pub struct HashAgg {
@@ -65,6 +87,8 @@ pub struct HashAgg {
     states: Vec<AggState>,
     groups: HashMap<OwnedRow, usize>,
     group_rows: Vec<OwnedRow>,
+    /// Input rows per group (inserts minus deletes): a group with none has no row.
+    row_counts: Vec<i64>,
     /// Whether the group's row is in the output (not filtered out by HAVING).
     visible: Vec<bool>,
     agg_schema: SchemaRef,
@@ -92,20 +116,34 @@ impl HashAgg {
         let key_codec = RowConverter::new(group_types.into_iter().map(SortField::new).collect())?;
         let states = calls
             .iter()
-            .map(|c| match c.kind {
-                AggKind::CountStar | AggKind::Count => AggState::Count(vec![]),
-                AggKind::CountDistinct => AggState::Distinct(vec![]),
-                AggKind::Sum | AggKind::Avg => {
-                    if c.output_type.is_floating() || c.kind == AggKind::Avg {
-                        AggState::FloatSum(vec![], vec![])
-                    } else {
-                        AggState::IntSum(vec![], vec![])
+            .map(|c| {
+                let values = |take| -> Result<AggState> {
+                    let arg_type = match &c.arg {
+                        Some(_) if take == Extreme::Distinct => c.arg_type.clone(),
+                        _ => c.output_type.clone(),
+                    };
+                    Ok(AggState::Values {
+                        counts: vec![],
+                        codec: RowConverter::new(vec![SortField::new(arg_type.clone())])?,
+                        value_type: arg_type,
+                        take,
+                    })
+                };
+                Ok(match c.kind {
+                    AggKind::CountStar | AggKind::Count => AggState::Count(vec![]),
+                    AggKind::CountDistinct => values(Extreme::Distinct)?,
+                    AggKind::Sum | AggKind::Avg => {
+                        if c.output_type.is_floating() || c.kind == AggKind::Avg {
+                            AggState::FloatSum(vec![], vec![])
+                        } else {
+                            AggState::IntSum(vec![], vec![])
+                        }
                     }
-                }
-                AggKind::Min => AggState::Extreme(vec![], false),
-                AggKind::Max => AggState::Extreme(vec![], true),
+                    AggKind::Min => values(Extreme::Min)?,
+                    AggKind::Max => values(Extreme::Max)?,
+                })
             })
-            .collect();
+            .collect::<Result<Vec<_>>>()?;
         Ok(Self {
             global,
             group_exprs,
@@ -114,6 +152,7 @@ impl HashAgg {
             states,
             groups: HashMap::new(),
             group_rows: vec![],
+            row_counts: vec![],
             visible: vec![],
             agg_schema,
             post,
@@ -134,6 +173,7 @@ impl HashAgg {
             let id = *self.groups.entry(row.owned()).or_insert(next);
             if id == next {
                 self.group_rows.push(row.owned());
+                self.row_counts.push(0);
                 self.visible.push(false);
                 for s in &mut self.states {
                     match s {
@@ -146,8 +186,7 @@ impl HashAgg {
                             v.push(0.0);
                             n.push(0);
                         }
-                        AggState::Extreme(v, _) => v.push(None),
-                        AggState::Distinct(v) => v.push(Default::default()),
+                        AggState::Values { counts, .. } => counts.push(BTreeMap::new()),
                     }
                 }
             }
@@ -156,69 +195,81 @@ impl HashAgg {
         Ok(ids)
     }
 
-    fn update(&mut self, batch: &RecordBatch, ids: &[usize]) -> Result<()> {
+    /// Adds (sign +1) or retracts (sign -1) every row into its group's state.
+    fn update(&mut self, batch: &RecordBatch, ids: &[usize], signs: &[i64]) -> Result<()> {
+        for (g, sign) in ids.iter().zip(signs) {
+            self.row_counts[*g] += sign;
+        }
         for (call, state) in self.calls.iter().zip(self.states.iter_mut()) {
             let arg = match &call.arg {
                 Some(e) => Some(e.evaluate(batch)?.into_array(batch.num_rows())?),
                 None => None,
             };
             match (state, arg) {
-                (AggState::Count(counts), None) => ids.iter().for_each(|g| counts[*g] += 1),
+                (AggState::Count(counts), None) => {
+                    for (g, sign) in ids.iter().zip(signs) {
+                        counts[*g] += sign;
+                    }
+                }
                 (AggState::Count(counts), Some(a)) => {
-                    for (i, g) in ids.iter().enumerate() {
+                    for (i, (g, sign)) in ids.iter().zip(signs).enumerate() {
                         if a.is_valid(i) {
-                            counts[*g] += 1;
+                            counts[*g] += sign;
                         }
                     }
                 }
                 (AggState::IntSum(sums, n), Some(a)) => {
                     let a = cast(&a, &DataType::Int64)?;
                     let a = a.as_primitive::<Int64Type>();
-                    for (i, g) in ids.iter().enumerate() {
+                    for (i, (g, sign)) in ids.iter().zip(signs).enumerate() {
                         if a.is_valid(i) {
-                            sums[*g] += a.value(i) as i128;
-                            n[*g] += 1;
+                            sums[*g] += a.value(i) as i128 * *sign as i128;
+                            n[*g] += sign;
                         }
                     }
                 }
                 (AggState::FloatSum(sums, n), Some(a)) => {
                     let a = cast(&a, &DataType::Float64)?;
                     let a = a.as_primitive::<Float64Type>();
-                    for (i, g) in ids.iter().enumerate() {
+                    for (i, (g, sign)) in ids.iter().zip(signs).enumerate() {
                         if a.is_valid(i) {
-                            sums[*g] += a.value(i);
-                            n[*g] += 1;
+                            sums[*g] += a.value(i) * *sign as f64;
+                            n[*g] += sign;
                         }
                     }
                 }
-                (AggState::Distinct(sets), Some(a)) => {
-                    let codec = RowConverter::new(vec![SortField::new(a.data_type().clone())])?;
+                (
+                    AggState::Values {
+                        counts,
+                        codec,
+                        value_type,
+                        take,
+                    },
+                    Some(a),
+                ) => {
+                    let a = if *take == Extreme::Distinct {
+                        a
+                    } else {
+                        // min/max keep values in the result's type.
+                        cast(&a, value_type)?
+                    };
                     let rows = codec.convert_columns(std::slice::from_ref(&a))?;
-                    for (i, g) in ids.iter().enumerate() {
-                        if a.is_valid(i) {
-                            sets[*g].insert(rows.row(i).as_ref().to_vec());
-                        }
-                    }
-                }
-                (AggState::Extreme(values, is_max), Some(a)) => {
-                    for (i, g) in ids.iter().enumerate() {
+                    for (i, (g, sign)) in ids.iter().zip(signs).enumerate() {
                         if a.is_null(i) {
                             continue;
                         }
-                        let v = ScalarValue::try_from_array(&a, i)?;
-                        let replace = match &values[*g] {
-                            None => true,
-                            Some(cur) => {
-                                let ord = v.partial_cmp(cur);
-                                if *is_max {
-                                    ord == Some(std::cmp::Ordering::Greater)
-                                } else {
-                                    ord == Some(std::cmp::Ordering::Less)
+                        let value = rows.row(i);
+                        let group = &mut counts[*g];
+                        match group.get_mut(value.as_ref()) {
+                            Some(c) => {
+                                *c += sign;
+                                if *c == 0 {
+                                    group.remove(value.as_ref());
                                 }
                             }
-                        };
-                        if replace {
-                            values[*g] = Some(v);
+                            None => {
+                                group.insert(value.as_ref().to_vec(), *sign);
+                            }
                         }
                     }
                 }
@@ -247,9 +298,6 @@ impl HashAgg {
                 AggState::Count(c) => {
                     Arc::new(Int64Array::from_iter_values(groups.iter().map(|g| c[*g])))
                 }
-                AggState::Distinct(sets) => Arc::new(Int64Array::from_iter_values(
-                    groups.iter().map(|g| sets[*g].len() as i64),
-                )),
                 AggState::IntSum(s, n) => {
                     let values: Vec<Option<i128>> = groups
                         .iter()
@@ -282,17 +330,38 @@ impl HashAgg {
                         }
                     })))
                 }
-                AggState::Extreme(values, _) => {
-                    let scalars: Vec<ScalarValue> = groups
+                AggState::Values {
+                    counts,
+                    take: Extreme::Distinct,
+                    ..
+                } => Arc::new(Int64Array::from_iter_values(
+                    groups.iter().map(|g| counts[*g].len() as i64),
+                )),
+                AggState::Values {
+                    counts,
+                    codec,
+                    value_type,
+                    take,
+                } => {
+                    // Groups without values get NULL: decode a null of the type for them.
+                    let null_row =
+                        codec.convert_columns(&[arrow::array::new_null_array(value_type, 1)])?;
+                    let parser = codec.parser();
+                    let chosen: Vec<Vec<u8>> = groups
                         .iter()
                         .map(|g| {
-                            values[*g].clone().unwrap_or(
-                                ScalarValue::try_from(field.data_type())
-                                    .unwrap_or(ScalarValue::Null),
-                            )
+                            let values = &counts[*g];
+                            let v = if *take == Extreme::Max {
+                                values.keys().next_back()
+                            } else {
+                                values.keys().next()
+                            };
+                            v.cloned()
+                                .unwrap_or_else(|| null_row.row(0).as_ref().to_vec())
                         })
                         .collect();
-                    ScalarValue::iter_to_array(scalars)?
+                    let mut columns = codec.convert_rows(chosen.iter().map(|v| parser.parse(v)))?;
+                    columns.remove(0)
                 }
             };
             let array = if array.data_type() != field.data_type() {
@@ -306,29 +375,12 @@ impl HashAgg {
     }
 }
 
-impl Operator for HashAgg {
-    fn name(&self) -> &'static str {
-        "HashAgg"
-    }
-
-    fn process(&mut self, chunk: StreamChunk) -> Result<Vec<StreamChunk>> {
-        if !chunk.is_append_only() {
-            return Err(EddyError::not_supported(
-                "GROUP BY over a stream with updates or deletes is not supported yet",
-            ));
-        }
-        let ids = self.group_ids(&chunk.batch)?;
-        self.update(&chunk.batch, &ids)?;
-        let mut touched: Vec<usize> = Vec::new();
-        let mut seen = vec![false; self.group_rows.len()];
-        for g in ids {
-            if !seen[g] {
-                seen[g] = true;
-                touched.push(g);
-            }
-        }
-        let mut batch = self.results(&touched)?;
-        let mut keep = vec![true; touched.len()];
+impl HashAgg {
+    /// Result rows of the given groups after the post operators, with whether each row
+    /// passes `HAVING`.
+    fn output_rows(&self, groups: &[usize]) -> Result<(RecordBatch, Vec<bool>)> {
+        let mut batch = self.results(groups)?;
+        let mut keep = vec![true; groups.len()];
         for op in &self.post {
             match op {
                 PostOp::Project(p) => batch = p.apply(&batch)?,
@@ -340,28 +392,115 @@ impl Operator for HashAgg {
                 }
             }
         }
-        let mut ops = Vec::with_capacity(touched.len());
-        let mut rows = Vec::with_capacity(touched.len());
-        let mut keys = Vec::with_capacity(touched.len());
-        for (i, g) in touched.iter().enumerate() {
-            let op = match (keep[i], self.visible[*g]) {
-                (true, false) => Op::Insert,
-                (true, true) => Op::UpdateInsert,
-                (false, true) => Op::Delete,
-                (false, false) => continue,
-            };
-            self.visible[*g] = keep[i];
-            ops.push(op);
-            rows.push(i as u32);
-            keys.push(self.group_rows[*g].as_ref().to_vec());
+        Ok((batch, keep))
+    }
+
+    /// Whether a group has a row: a global aggregate always has its one row.
+    fn exists(&self, group: usize) -> bool {
+        self.global || self.row_counts[group] > 0
+    }
+}
+
+impl Operator for HashAgg {
+    fn name(&self) -> &'static str {
+        "HashAgg"
+    }
+
+    /// A global aggregate has a row before any input (`count(*)` of nothing is 0).
+    fn initial_output(&mut self) -> Result<Vec<StreamChunk>> {
+        if !self.global {
+            return Ok(vec![]);
         }
-        let indices = arrow::array::UInt32Array::from(rows);
-        let columns = batch
-            .columns()
+        // The global group's key is a constant: evaluate it over one empty row.
+        let one_row = RecordBatch::try_new_with_options(
+            Arc::new(arrow::datatypes::Schema::empty()),
+            vec![],
+            &arrow::array::RecordBatchOptions::new().with_row_count(Some(1)),
+        )?;
+        let ids = self.group_ids(&one_row)?;
+        let (no_rows, _) = self.output_rows(&[])?;
+        self.emit_changes(&ids, &no_rows, &HashMap::new())
+    }
+
+    fn process(&mut self, chunk: StreamChunk) -> Result<Vec<StreamChunk>> {
+        let ids = self.group_ids(&chunk.batch)?;
+        let mut touched: Vec<usize> = Vec::new();
+        let mut seen = std::collections::HashSet::new();
+        for g in &ids {
+            if seen.insert(*g) {
+                touched.push(*g);
+            }
+        }
+        // The rows these groups show now, to retract them.
+        let before: Vec<usize> = touched
             .iter()
-            .map(|c| Ok(arrow::compute::take(c, &indices, None)?))
+            .copied()
+            .filter(|g| self.visible[*g])
+            .collect();
+        let (old_batch, _) = self.output_rows(&before)?;
+        let old_rows: HashMap<usize, usize> =
+            before.iter().enumerate().map(|(i, g)| (*g, i)).collect();
+        let signs: Vec<i64> = chunk
+            .ops
+            .iter()
+            .map(|o| if o.is_insert() { 1 } else { -1 })
+            .collect();
+        self.update(&chunk.batch, &ids, &signs)?;
+        self.emit_changes(&touched, &old_batch, &old_rows)
+    }
+}
+
+impl HashAgg {
+    /// The change chunk of the given groups after an update: `old_batch` holds the rows
+    /// the groups showed before (`old_rows`: group -> row of `old_batch`).
+    fn emit_changes(
+        &mut self,
+        groups: &[usize],
+        old_batch: &RecordBatch,
+        old_rows: &HashMap<usize, usize>,
+    ) -> Result<Vec<StreamChunk>> {
+        const OLD: usize = 0;
+        const NEW: usize = 1;
+        let (new_batch, keep) = self.output_rows(groups)?;
+        let mut ops = Vec::new();
+        let mut keys = Vec::new();
+        let mut rows: Vec<(usize, usize)> = Vec::new();
+        for (i, g) in groups.iter().enumerate() {
+            let now = keep[i] && self.exists(*g);
+            let key = self.group_rows[*g].as_ref().to_vec();
+            match (old_rows.get(g), now) {
+                (Some(o), true) => {
+                    ops.extend([Op::UpdateDelete, Op::UpdateInsert]);
+                    keys.extend([key.clone(), key]);
+                    rows.extend([(OLD, *o), (NEW, i)]);
+                }
+                (Some(o), false) => {
+                    ops.push(Op::Delete);
+                    keys.push(key);
+                    rows.push((OLD, *o));
+                }
+                (None, true) => {
+                    ops.push(Op::Insert);
+                    keys.push(key);
+                    rows.push((NEW, i));
+                }
+                (None, false) => {}
+            }
+            self.visible[*g] = now;
+        }
+        let columns = (0..new_batch.num_columns())
+            .map(|c| {
+                Ok(arrow::compute::interleave(
+                    &[old_batch.column(c).as_ref(), new_batch.column(c).as_ref()],
+                    &rows,
+                )?)
+            })
             .collect::<Result<Vec<_>>>()?;
-        let batch = RecordBatch::try_new(batch.schema(), columns)?;
+        let batch = RecordBatch::try_new_with_options(
+            new_batch.schema(),
+            columns,
+            &arrow::array::RecordBatchOptions::new().with_row_count(Some(rows.len())),
+        )?;
         Ok(vec![StreamChunk {
             ops,
             batch,

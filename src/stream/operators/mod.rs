@@ -4,6 +4,7 @@
 pub mod filter;
 pub mod hash_agg;
 pub mod project;
+pub mod tag_keys;
 pub mod unnest;
 
 use super::StreamChunk;
@@ -15,11 +16,36 @@ pub trait Operator: Send {
 
     /// Processes one chunk.
     fn process(&mut self, chunk: StreamChunk) -> Result<Vec<StreamChunk>>;
+
+    /// Rows the operator outputs before any input (a global aggregate's first row).
+    fn initial_output(&mut self) -> Result<Vec<StreamChunk>> {
+        Ok(vec![])
+    }
 }
 
 /// Runs a chunk through a chain of operators.
 pub fn run_chain(chain: &mut [Box<dyn Operator>], chunk: StreamChunk) -> Result<Vec<StreamChunk>> {
-    let mut chunks = vec![chunk];
+    run_chunks(chain, vec![chunk])
+}
+
+/// What a chain outputs before any input: each operator's initial rows, run through the
+/// operators after it.
+pub fn initial_output(chain: &mut [Box<dyn Operator>]) -> Result<Vec<StreamChunk>> {
+    let mut out = Vec::new();
+    for i in 0..chain.len() {
+        let initial = chain[i].initial_output()?;
+        if !initial.is_empty() {
+            out.extend(run_chunks(&mut chain[i + 1..], initial)?);
+        }
+    }
+    Ok(out)
+}
+
+fn run_chunks(
+    chain: &mut [Box<dyn Operator>],
+    chunks: Vec<StreamChunk>,
+) -> Result<Vec<StreamChunk>> {
+    let mut chunks = chunks;
     for op in chain.iter_mut() {
         let mut next = Vec::new();
         for c in chunks {

@@ -8,6 +8,7 @@ use arrow::datatypes::SchemaRef;
 use datafusion::physical_expr::PhysicalExpr;
 use std::sync::Arc;
 
+#[derive(Clone)]
 pub struct Project {
     exprs: Vec<Arc<dyn PhysicalExpr>>,
     schema: SchemaRef,

@@ -1,0 +1,144 @@
+//! Dispatchers: how a task sends its output to the subtasks of the next fragment.
+//!
+//! Chunks are routed by the edge's [`Exchange`]; barriers go to every downstream
+//! subtask. Channels are bounded: when a downstream subtask falls behind, `send` waits —
+//! that wait is backpressure, and it travels up to the sources.
+
+use super::graph::Exchange;
+use super::{Message, StreamChunk};
+use crate::error::Result;
+use crate::state::keys::{MAX_PARALLELISM, key_group_of};
+use arrow::array::{ArrayRef, UInt32Array};
+use arrow::compute::take_record_batch;
+use arrow::row::{RowConverter, SortField};
+use datafusion::physical_expr::PhysicalExpr;
+use std::sync::Arc;
+use tokio::sync::mpsc::Sender;
+
+/// Messages a channel between two tasks holds before its sender waits.
+pub const CHANNEL_CAPACITY: usize = 8;
+
+enum Route {
+    /// One receiver (forward or single).
+    Direct,
+    Hash {
+        keys: Vec<Arc<dyn PhysicalExpr>>,
+        codec: RowConverter,
+    },
+    HashStreamKey,
+    Rebalance {
+        next: usize,
+    },
+}
+
+pub struct Dispatcher {
+    senders: Vec<Sender<Message>>,
+    route: Route,
+}
+
+/// The subtask (of `parallelism`) that owns a key: key groups are split into contiguous
+/// ranges, one per subtask, so rescaling moves whole key groups.
+pub fn subtask_of(key: &[u8], parallelism: usize) -> usize {
+    key_group_of(key) as usize * parallelism / MAX_PARALLELISM as usize
+}
+
+impl Dispatcher {
+    /// `senders` holds one channel per downstream subtask (one for forward edges).
+    pub fn new(exchange: &Exchange, senders: Vec<Sender<Message>>) -> Result<Self> {
+        let route = match exchange {
+            Exchange::Forward | Exchange::Single => Route::Direct,
+            Exchange::Hash {
+                keys, key_types, ..
+            } => Route::Hash {
+                keys: keys.clone(),
+                codec: RowConverter::new(key_types.iter().cloned().map(SortField::new).collect())?,
+            },
+            Exchange::HashStreamKey => Route::HashStreamKey,
+            Exchange::Rebalance => Route::Rebalance { next: 0 },
+        };
+        Ok(Self { senders, route })
+    }
+
+    /// Sends a chunk on; `Ok(false)` when the downstream tasks are gone (the job stops).
+    pub async fn send_chunk(&mut self, chunk: StreamChunk) -> Result<bool> {
+        if chunk.num_rows() == 0 {
+            return Ok(true);
+        }
+        if self.senders.len() == 1 {
+            return Ok(self.senders[0].send(Message::Chunk(chunk)).await.is_ok());
+        }
+        let targets: Vec<usize> = match &mut self.route {
+            Route::Direct => vec![0; chunk.num_rows()],
+            Route::Rebalance { next } => {
+                let target = *next % self.senders.len();
+                *next = next.wrapping_add(1);
+                return Ok(self.senders[target]
+                    .send(Message::Chunk(chunk))
+                    .await
+                    .is_ok());
+            }
+            Route::Hash { keys, codec } => {
+                let batch = &chunk.batch;
+                let columns = keys
+                    .iter()
+                    .map(|e| Ok(e.evaluate(batch)?.into_array(batch.num_rows())?))
+                    .collect::<Result<Vec<ArrayRef>>>()?;
+                let rows = codec.convert_columns(&columns)?;
+                let n = self.senders.len();
+                rows.iter().map(|r| subtask_of(r.as_ref(), n)).collect()
+            }
+            Route::HashStreamKey => {
+                let n = self.senders.len();
+                let keys = chunk.keys.as_ref().ok_or_else(|| {
+                    crate::error::EddyError::internal("hash by stream key over rows without keys")
+                })?;
+                keys.iter().map(|k| subtask_of(k, n)).collect()
+            }
+        };
+        for (target, part) in split(chunk, &targets, self.senders.len())? {
+            if self.senders[target]
+                .send(Message::Chunk(part))
+                .await
+                .is_err()
+            {
+                return Ok(false);
+            }
+        }
+        Ok(true)
+    }
+
+    /// Sends a message every downstream subtask must see (a barrier).
+    pub async fn broadcast(&mut self, message: Message) -> bool {
+        for s in &self.senders {
+            if s.send(message.clone()).await.is_err() {
+                return false;
+            }
+        }
+        true
+    }
+}
+
+/// Splits a chunk by target subtask, keeping row order within each part.
+fn split(chunk: StreamChunk, targets: &[usize], parts: usize) -> Result<Vec<(usize, StreamChunk)>> {
+    let mut rows: Vec<Vec<u32>> = vec![Vec::new(); parts];
+    for (row, t) in targets.iter().enumerate() {
+        rows[*t].push(row as u32);
+    }
+    let mut out = Vec::new();
+    for (target, rows) in rows.into_iter().enumerate() {
+        if rows.is_empty() {
+            continue;
+        }
+        if rows.len() == chunk.num_rows() {
+            return Ok(vec![(target, chunk)]);
+        }
+        let ops = rows.iter().map(|r| chunk.ops[*r as usize]).collect();
+        let keys = chunk
+            .keys
+            .as_ref()
+            .map(|k| rows.iter().map(|r| k[*r as usize].clone()).collect());
+        let batch = take_record_batch(&chunk.batch, &UInt32Array::from(rows))?;
+        out.push((target, StreamChunk { ops, batch, keys }));
+    }
+    Ok(out)
+}

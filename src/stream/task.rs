@@ -1,0 +1,307 @@
+//! [`Task`]: one subtask of a fragment — its input, its chain of operators (called
+//! directly, one chunk at a time) and where its output goes.
+
+use super::barrier_align::AlignedInputs;
+use super::dispatch::Dispatcher;
+use super::job::{JobInfo, TaskInfo};
+use super::operators::Operator;
+use super::{Barrier, Message, StreamChunk};
+use crate::connectors::SplitReader;
+use crate::error::Result;
+use crate::state::StateTable;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::{Duration, Instant};
+use tokio::sync::mpsc::UnboundedReceiver;
+use tokio::sync::watch;
+
+/// Rows a source split reads at a time.
+const SOURCE_BATCH_ROWS: usize = 1024;
+
+pub enum TaskInput {
+    /// Reads connector splits; barriers arrive on their own channel.
+    Connector {
+        readers: Vec<Box<dyn SplitReader>>,
+        projection: Option<Vec<usize>>,
+        /// This subtask's share of the source's rate (0: as fast as possible).
+        rows_per_second: f64,
+        barriers: UnboundedReceiver<Barrier>,
+    },
+    /// Reads channels (from upstream tasks or a change log), after an optional snapshot.
+    Merge {
+        snapshot: Vec<StreamChunk>,
+        projection: Option<Vec<usize>>,
+        inputs: AlignedInputs,
+    },
+}
+
+pub enum TaskOutput {
+    Dispatch(Dispatcher),
+    Materialize {
+        table: Arc<StateTable>,
+        publisher: usize,
+    },
+    Blackhole,
+}
+
+pub struct Task {
+    pub info: Arc<TaskInfo>,
+    pub input: TaskInput,
+    pub chain: Vec<Box<dyn Operator>>,
+    pub output: TaskOutput,
+    /// Set for subtasks of the job's last fragment: they acknowledge barriers.
+    pub terminal_subtask: Option<usize>,
+}
+
+fn add_time(counter: &AtomicU64, since: Instant) {
+    counter.fetch_add(since.elapsed().as_nanos() as u64, Ordering::Relaxed);
+}
+
+/// Resolves once the job is told to stop.
+async fn stopped(rx: &mut watch::Receiver<bool>) {
+    while !*rx.borrow_and_update() {
+        if rx.changed().await.is_err() {
+            std::future::pending::<()>().await;
+        }
+    }
+}
+
+fn project(chunk: StreamChunk, projection: &Option<Vec<usize>>) -> Result<StreamChunk> {
+    Ok(match projection {
+        Some(p) => StreamChunk {
+            batch: chunk.batch.project(p)?,
+            ..chunk
+        },
+        None => chunk,
+    })
+}
+
+impl Task {
+    pub async fn run(mut self, job: Arc<JobInfo>) {
+        let mut input = std::mem::replace(
+            &mut self.input,
+            TaskInput::Merge {
+                snapshot: vec![],
+                projection: None,
+                inputs: AlignedInputs::new(vec![]),
+            },
+        );
+        let result = match super::operators::initial_output(&mut self.chain) {
+            Ok(initial) => self.emit(&job, initial).await.map(|_| ()),
+            Err(e) => Err(e),
+        };
+        let result = match (result, &mut input) {
+            (Err(e), _) => Err(e),
+            (Ok(()), input) => match input {
+                TaskInput::Connector {
+                    readers,
+                    projection,
+                    rows_per_second,
+                    barriers,
+                } => {
+                    self.run_connector(&job, readers, projection, *rows_per_second, barriers)
+                        .await
+                }
+                TaskInput::Merge {
+                    snapshot,
+                    projection,
+                    inputs,
+                } => {
+                    self.run_merge(&job, std::mem::take(snapshot), projection, inputs)
+                        .await
+                }
+            },
+        };
+        if let Err(e) = result {
+            job.fail(e.message.clone());
+        }
+        if let TaskOutput::Materialize { table, publisher } = &self.output {
+            table.changes().end(*publisher);
+        }
+        if let Some(subtask) = self.terminal_subtask {
+            job.ack(subtask, u64::MAX);
+        }
+        // Close the output channels before the job can be seen as finished.
+        drop(self);
+        drop(input);
+        job.task_ended();
+    }
+
+    async fn run_connector(
+        &mut self,
+        job: &JobInfo,
+        readers: &mut Vec<Box<dyn SplitReader>>,
+        projection: &Option<Vec<usize>>,
+        rows_per_second: f64,
+        barriers: &mut UnboundedReceiver<Barrier>,
+    ) -> Result<()> {
+        let mut stop = job.stop_receiver();
+        let batch_rows = if rows_per_second > 0.0 {
+            SOURCE_BATCH_ROWS.min((rows_per_second as usize).max(1))
+        } else {
+            SOURCE_BATCH_ROWS
+        };
+        let started = Instant::now();
+        let mut read = 0u64;
+        let mut malformed_reported = 0u64;
+        let mut malformed_ended = 0u64;
+        let mut next = 0usize;
+        while !readers.is_empty() {
+            while let Ok(barrier) = barriers.try_recv() {
+                if !self.barrier(job, barrier).await {
+                    return Ok(());
+                }
+            }
+            if job.is_stopped() {
+                return Ok(());
+            }
+            let busy = Instant::now();
+            next %= readers.len();
+            let Some(batch) = readers[next].next_batch(batch_rows)? else {
+                malformed_ended += readers.remove(next).malformed();
+                continue;
+            };
+            next += 1;
+            let malformed = malformed_ended + readers.iter().map(|r| r.malformed()).sum::<u64>();
+            job.malformed_rows
+                .fetch_add(malformed - malformed_reported, Ordering::Relaxed);
+            malformed_reported = malformed;
+            let rows = batch.num_rows() as u64;
+            read += rows;
+            job.rows_read.fetch_add(rows, Ordering::Relaxed);
+            let chunk = project(StreamChunk::inserts(batch), projection)?;
+            let outputs = self.process(chunk)?;
+            add_time(&self.info.busy_ns, busy);
+            if !self.emit(job, outputs).await? {
+                return Ok(());
+            }
+            if rows_per_second > 0.0 {
+                // Keep to the configured rate: the time `read` rows should have taken.
+                let due = Duration::from_secs_f64(read as f64 / rows_per_second);
+                let elapsed = started.elapsed();
+                if due > elapsed {
+                    let idle = Instant::now();
+                    tokio::select! {
+                        _ = tokio::time::sleep(due - elapsed) => {}
+                        _ = stopped(&mut stop) => return Ok(()),
+                        Some(barrier) = barriers.recv() => {
+                            if !self.barrier(job, barrier).await {
+                                return Ok(());
+                            }
+                        }
+                    }
+                    add_time(&self.info.idle_ns, idle);
+                }
+            } else {
+                tokio::task::yield_now().await;
+            }
+        }
+        Ok(())
+    }
+
+    async fn run_merge(
+        &mut self,
+        job: &JobInfo,
+        snapshot: Vec<StreamChunk>,
+        projection: &Option<Vec<usize>>,
+        inputs: &mut AlignedInputs,
+    ) -> Result<()> {
+        let mut stop = job.stop_receiver();
+        for chunk in snapshot {
+            let busy = Instant::now();
+            let outputs = self.process(project(chunk, projection)?)?;
+            add_time(&self.info.busy_ns, busy);
+            if !self.emit(job, outputs).await? {
+                return Ok(());
+            }
+        }
+        loop {
+            let idle = Instant::now();
+            let message = tokio::select! {
+                m = inputs.next() => m,
+                _ = stopped(&mut stop) => return Ok(()),
+            };
+            add_time(&self.info.idle_ns, idle);
+            match message {
+                None => return Ok(()),
+                Some(Message::Chunk(chunk)) => {
+                    let busy = Instant::now();
+                    let outputs = self.process(project(chunk, projection)?)?;
+                    add_time(&self.info.busy_ns, busy);
+                    if !self.emit(job, outputs).await? {
+                        return Ok(());
+                    }
+                }
+                Some(Message::Barrier(barrier)) => {
+                    if !self.barrier(job, barrier).await {
+                        return Ok(());
+                    }
+                }
+            }
+        }
+    }
+
+    /// Runs a chunk through the chain.
+    fn process(&mut self, chunk: StreamChunk) -> Result<Vec<StreamChunk>> {
+        self.info
+            .rows_in
+            .fetch_add(chunk.num_rows() as u64, Ordering::Relaxed);
+        super::operators::run_chain(&mut self.chain, chunk)
+    }
+
+    /// Delivers output chunks; `Ok(false)` when downstream is gone.
+    async fn emit(&mut self, job: &JobInfo, chunks: Vec<StreamChunk>) -> Result<bool> {
+        for chunk in chunks {
+            let rows = chunk.num_rows() as u64;
+            if rows == 0 {
+                continue;
+            }
+            self.info.rows_out.fetch_add(rows, Ordering::Relaxed);
+            match &mut self.output {
+                TaskOutput::Dispatch(dispatcher) => {
+                    let waiting = Instant::now();
+                    let delivered = dispatcher.send_chunk(chunk).await?;
+                    add_time(&self.info.backpressure_ns, waiting);
+                    if !delivered {
+                        return Ok(false);
+                    }
+                }
+                TaskOutput::Materialize { table, publisher } => {
+                    let busy = Instant::now();
+                    table.apply_chunk(*publisher, &chunk)?;
+                    add_time(&self.info.busy_ns, busy);
+                    job.rows_written.fetch_add(rows, Ordering::Relaxed);
+                }
+                TaskOutput::Blackhole => {
+                    job.rows_written.fetch_add(rows, Ordering::Relaxed);
+                }
+            }
+        }
+        Ok(true)
+    }
+
+    /// Passes a barrier on (or, at the job's output, acknowledges it).
+    async fn barrier(&mut self, job: &JobInfo, barrier: Barrier) -> bool {
+        match &mut self.output {
+            TaskOutput::Dispatch(dispatcher) => {
+                let waiting = Instant::now();
+                let delivered = dispatcher.broadcast(Message::Barrier(barrier)).await;
+                add_time(&self.info.backpressure_ns, waiting);
+                delivered
+            }
+            TaskOutput::Materialize { table, publisher } => {
+                table.changes().barrier(*publisher, barrier);
+                if let Some(subtask) = self.terminal_subtask {
+                    job.ack(subtask, barrier.epoch);
+                }
+                true
+            }
+            TaskOutput::Blackhole => {
+                if let Some(subtask) = self.terminal_subtask {
+                    job.ack(subtask, barrier.epoch);
+                }
+                true
+            }
+        }
+    }
+}
