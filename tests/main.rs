@@ -6,6 +6,7 @@
 mod auth;
 mod clients;
 mod common;
+mod dataflow;
 mod durability;
 mod protocol;
 mod psql;

@@ -79,7 +79,7 @@ const VIEWS: &[(&str, &str)] = &[
     ),
 ];
 
-async fn wait_for_jobs(client: &tokio_postgres::Client, count: usize) {
+pub(crate) async fn wait_for_jobs(client: &tokio_postgres::Client, count: usize) {
     let deadline = Instant::now() + Duration::from_secs(120);
     loop {
         let rows = client
@@ -105,7 +105,7 @@ async fn wait_for_jobs(client: &tokio_postgres::Client, count: usize) {
 }
 
 /// Rows of a query as text, sorted, through the simple protocol.
-async fn view_rows(client: &tokio_postgres::Client, sql: &str) -> Vec<Vec<String>> {
+pub(crate) async fn view_rows(client: &tokio_postgres::Client, sql: &str) -> Vec<Vec<String>> {
     let mut rows: Vec<Vec<String>> = client
         .simple_query(sql)
         .await
@@ -201,7 +201,7 @@ async fn batch_query(
 
 /// Equal as values: numbers within a relative 1e-9 (floats print differently in
 /// PostgreSQL's and Arrow's formats), booleans in either spelling, text exactly.
-fn same_value(a: &str, b: &str) -> bool {
+pub(crate) fn same_value(a: &str, b: &str) -> bool {
     if a == b {
         return true;
     }
@@ -228,7 +228,7 @@ fn same_value(a: &str, b: &str) -> bool {
     }
 }
 
-fn assert_same(view: &str, streamed: &[Vec<String>], batch: &[Vec<String>]) {
+pub(crate) fn assert_same(view: &str, streamed: &[Vec<String>], batch: &[Vec<String>]) {
     assert_eq!(streamed.len(), batch.len(), "{view}: row counts differ");
     for (s, b) in streamed.iter().zip(batch) {
         assert!(

@@ -186,7 +186,7 @@ pub async fn restart_all(engine: &Engine) -> Result<()> {
                 table.truncate()?;
                 JobOutput::View(table)
             }
-            RelationKind::Sink => JobOutput::Blackhole,
+            RelationKind::Sink => JobOutput::blackhole(&rel.options)?,
             _ => continue,
         };
         let plan = engine.plan_streaming_query(&rel.definition).await?;

@@ -26,7 +26,9 @@ pub(super) async fn create(session: &Session, sink: CreateSink) -> Result<Outcom
         .map(|c| c.to_ascii_lowercase())
         .as_deref()
     {
-        Some("blackhole") => {}
+        Some("blackhole") => {
+            JobOutput::blackhole(&sink.options)?;
+        }
         Some(other) => {
             return Err(EddyError::not_supported(format!(
                 "sink connector '{other}' is not supported yet; available: blackhole"
@@ -54,7 +56,8 @@ pub(super) async fn create(session: &Session, sink: CreateSink) -> Result<Outcom
         watermark: None,
         parallelism: Some(parallelism),
     })?;
-    super::materialized_views::start_job(engine, &rel, &graph, JobOutput::Blackhole).await?;
+    let output = JobOutput::blackhole(&rel.options)?;
+    super::materialized_views::start_job(engine, &rel, &graph, output).await?;
     Ok(Outcome::Command("CREATE_SINK".into()))
 }
 

@@ -140,16 +140,27 @@ impl JobInfo {
 pub enum JobOutput {
     /// A materialized view's state table.
     View(Arc<StateTable>),
-    /// Counted and discarded (`connector = 'blackhole'` sinks, for measuring the engine).
-    Blackhole,
+    /// Counted and discarded (`connector = 'blackhole'` sinks, for measuring the engine),
+    /// optionally taking at most `rows_per_second` rows per second per subtask (a slow
+    /// consumer, to see backpressure).
+    Blackhole { rows_per_second: f64 },
 }
 
 impl JobOutput {
     pub fn terminal(&self) -> Terminal {
         match self {
             JobOutput::View(_) => Terminal::Materialize,
-            JobOutput::Blackhole => Terminal::Blackhole,
+            JobOutput::Blackhole { .. } => Terminal::Blackhole,
         }
+    }
+
+    /// A blackhole sink with its options (`blackhole.rows.per.second`, default 0: no limit).
+    pub fn blackhole(options: &std::collections::BTreeMap<String, String>) -> Result<Self> {
+        let rows_per_second = match options.get("blackhole.rows.per.second") {
+            Some(v) => crate::connectors::parse_option::<f64>("blackhole.rows.per.second", v)?,
+            None => 0.0,
+        };
+        Ok(JobOutput::Blackhole { rows_per_second })
     }
 }
 
@@ -258,13 +269,9 @@ impl JobRegistry {
         let mut injectors = Vec::new();
         let mut tables = Vec::new();
         let terminal = output.terminal();
-        let view = match &output {
-            JobOutput::View(table) => {
-                table.changes().restart(fragments[last].parallelism);
-                Some(table.clone())
-            }
-            JobOutput::Blackhole => None,
-        };
+        if let JobOutput::View(table) = &output {
+            table.changes().restart(fragments[last].parallelism);
+        }
         for (f, fragment) in fragments.iter().enumerate() {
             let mut changes: Option<(Vec<StreamChunk>, Vec<Input>)> = match &fragment.input {
                 FragmentInput::Changes { relation, .. } => {
@@ -322,12 +329,15 @@ impl JobRegistry {
                     .map(|spec| (spec.build)())
                     .collect::<Result<Vec<_>>>()?;
                 let task_output = if f == last {
-                    match &view {
-                        Some(table) => TaskOutput::Materialize {
+                    match &output {
+                        JobOutput::View(table) => TaskOutput::Materialize {
                             table: table.clone(),
                             publisher: subtask,
                         },
-                        None => TaskOutput::Blackhole,
+                        JobOutput::Blackhole { rows_per_second } => TaskOutput::Blackhole {
+                            throttle: (*rows_per_second > 0.0)
+                                .then(|| super::task::Throttle::new(*rows_per_second)),
+                        },
                     }
                 } else {
                     TaskOutput::Dispatch(dispatchers[f][subtask].take().ok_or_else(|| {

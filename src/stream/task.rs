@@ -41,7 +41,35 @@ pub enum TaskOutput {
         table: Arc<StateTable>,
         publisher: usize,
     },
-    Blackhole,
+    Blackhole {
+        throttle: Option<Throttle>,
+    },
+}
+
+/// Keeps a stream to a rate: how long to wait so that `rows` rows took at least
+/// `rows / rows_per_second` seconds since the start.
+pub struct Throttle {
+    rows_per_second: f64,
+    started: Instant,
+    rows: u64,
+}
+
+impl Throttle {
+    pub fn new(rows_per_second: f64) -> Self {
+        Self {
+            rows_per_second,
+            started: Instant::now(),
+            rows: 0,
+        }
+    }
+
+    /// Counts `rows` more rows; the time to wait before going on.
+    pub fn wait_for(&mut self, rows: u64) -> Option<Duration> {
+        self.rows += rows;
+        let due = Duration::from_secs_f64(self.rows as f64 / self.rows_per_second);
+        due.checked_sub(self.started.elapsed())
+            .filter(|d| !d.is_zero())
+    }
 }
 
 pub struct Task {
@@ -272,8 +300,13 @@ impl Task {
                     add_time(&self.info.busy_ns, busy);
                     job.rows_written.fetch_add(rows, Ordering::Relaxed);
                 }
-                TaskOutput::Blackhole => {
+                TaskOutput::Blackhole { throttle } => {
                     job.rows_written.fetch_add(rows, Ordering::Relaxed);
+                    if let Some(wait) = throttle.as_mut().and_then(|t| t.wait_for(rows)) {
+                        let busy = Instant::now();
+                        tokio::time::sleep(wait).await;
+                        add_time(&self.info.busy_ns, busy);
+                    }
                 }
             }
         }
@@ -296,7 +329,7 @@ impl Task {
                 }
                 true
             }
-            TaskOutput::Blackhole => {
+            TaskOutput::Blackhole { .. } => {
                 if let Some(subtask) = self.terminal_subtask {
                     job.ack(subtask, barrier.epoch);
                 }

@@ -94,6 +94,11 @@ impl TestServer {
     }
 
     /// A connection string for tokio-postgres.
+    /// The server's process id.
+    pub fn pid(&self) -> u32 {
+        self.child.as_ref().expect("server is running").id()
+    }
+
     pub fn conn_string(&self) -> String {
         format!(
             "host={} port={} user=root dbname=dev",
