@@ -88,6 +88,9 @@ pub struct Relation {
     /// Parallelism of a materialized view's or sink's job, fixed when it is created.
     #[serde(default)]
     pub parallelism: Option<usize>,
+    /// A materialized view declared `EMIT ON WINDOW CLOSE`.
+    #[serde(default)]
+    pub emit_on_window_close: bool,
 }
 
 impl Relation {

@@ -125,6 +125,7 @@ fn jobs_schema() -> SchemaRef {
         Field::new("rows_read", DataType::Int64, false),
         Field::new("rows_written", DataType::Int64, false),
         Field::new("malformed_rows", DataType::Int64, false),
+        Field::new("late_rows", DataType::Int64, false),
         Field::new("started", ts.clone(), false),
         Field::new("finished", ts, true),
         Field::new("error", DataType::Utf8, true),
@@ -153,6 +154,10 @@ fn jobs_rows(registry: &JobRegistry, schema: SchemaRef) -> DFResult<RecordBatch>
             Arc::new(Int64Array::from_iter_values(
                 jobs.iter()
                     .map(|j| j.malformed_rows.load(Ordering::Relaxed) as i64),
+            )),
+            Arc::new(Int64Array::from_iter_values(
+                jobs.iter()
+                    .map(|j| j.late_rows.load(Ordering::Relaxed) as i64),
             )),
             Arc::new(
                 TimestampMicrosecondArray::from_iter_values(jobs.iter().map(|j| micros(j.started)))

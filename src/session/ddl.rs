@@ -120,6 +120,7 @@ pub(super) async fn create_table(session: &Session, create: CreateTable) -> Resu
         options: Default::default(),
         watermark: None,
         parallelism: None,
+        emit_on_window_close: false,
     };
     session.engine.catalog.create_relation(rel)?;
     Ok(Outcome::command("CREATE TABLE"))
@@ -258,6 +259,7 @@ pub(super) async fn create_view(session: &Session, view: CreateView) -> Result<O
         options: Default::default(),
         watermark: None,
         parallelism: None,
+        emit_on_window_close: false,
     })?;
     Ok(Outcome::command("CREATE VIEW"))
 }

@@ -11,19 +11,28 @@ use crate::catalog::{Relation, RelationKind};
 use crate::error::{EddyError, Result, sqlstate};
 use crate::stream::graph::{FragmentInput, StreamGraph, Terminal};
 use crate::stream::job::JobOutput;
-use crate::stream::planner::plan_job;
+use crate::stream::planner::{PlanContext, plan_job};
 use datafusion::sql::sqlparser::ast::{self, CreateView};
 
-/// Plans a view's or sink's query as a stream graph at the session's parallelism.
-async fn plan_graph(
-    session: &Session,
+/// Plans a view's or sink's query as a stream graph.
+pub(super) async fn plan_graph(
+    engine: &Engine,
     query_sql: &str,
-) -> Result<(datafusion::logical_expr::LogicalPlan, StreamGraph, usize)> {
-    let engine = &session.engine;
-    let parallelism = session.streaming_parallelism()?;
+    parallelism: usize,
+    emit_on_window_close: bool,
+) -> Result<(datafusion::logical_expr::LogicalPlan, StreamGraph)> {
     let plan = engine.plan_streaming_query(query_sql).await?;
-    let graph = plan_job(&plan, &engine.catalog, parallelism)?;
-    Ok((plan, graph, parallelism))
+    let state = engine.ctx.state();
+    let graph = plan_job(
+        &plan,
+        &PlanContext {
+            catalog: &engine.catalog,
+            state: &state,
+            parallelism,
+            emit_on_window_close,
+        },
+    )?;
+    Ok((plan, graph))
 }
 
 /// The relations a query reads, by id: those it names (plain views included) and the
@@ -58,8 +67,19 @@ pub(super) fn dependencies(
 }
 
 /// `EXPLAIN CREATE MATERIALIZED VIEW`: the fragments the view's job would run.
-pub(super) async fn explain(session: &Session, view: &CreateView) -> Result<Outcome> {
-    let (_, graph, _) = plan_graph(session, &view.query.to_string()).await?;
+pub(super) async fn explain(
+    session: &Session,
+    view: &CreateView,
+    emit_on_window_close: bool,
+) -> Result<Outcome> {
+    let parallelism = session.streaming_parallelism()?;
+    let (_, graph) = plan_graph(
+        &session.engine,
+        &view.query.to_string(),
+        parallelism,
+        emit_on_window_close,
+    )
+    .await?;
     text_rows("QUERY PLAN", graph.explain(Terminal::Materialize))
 }
 
@@ -85,7 +105,11 @@ pub(super) async fn start_job(
     Ok(())
 }
 
-pub(super) async fn create(session: &Session, view: CreateView) -> Result<Outcome> {
+pub(super) async fn create(
+    session: &Session,
+    view: CreateView,
+    emit_on_window_close: bool,
+) -> Result<Outcome> {
     let name = relation_name(&view.name)?;
     let engine = &session.engine;
     if engine.catalog.get(&name).is_some() {
@@ -104,7 +128,8 @@ pub(super) async fn create(session: &Session, view: CreateView) -> Result<Outcom
     }
     let query_sql = view.query.to_string();
     // Check the whole query is supported before anything is recorded.
-    let (plan, graph, parallelism) = plan_graph(session, &query_sql).await?;
+    let parallelism = session.streaming_parallelism()?;
+    let (plan, graph) = plan_graph(engine, &query_sql, parallelism, emit_on_window_close).await?;
     let names: Vec<String> = if view.columns.is_empty() {
         graph
             .schema
@@ -133,6 +158,7 @@ pub(super) async fn create(session: &Session, view: CreateView) -> Result<Outcom
         options: Default::default(),
         watermark: None,
         parallelism: Some(parallelism),
+        emit_on_window_close,
     })?;
     let table = engine.schema_provider.state_table_for(&rel)?;
     start_job(engine, &rel, &graph, JobOutput::View(table)).await?;
@@ -189,9 +215,14 @@ pub async fn restart_all(engine: &Engine) -> Result<()> {
             RelationKind::Sink => JobOutput::blackhole(&rel.options)?,
             _ => continue,
         };
-        let plan = engine.plan_streaming_query(&rel.definition).await?;
         let parallelism = rel.parallelism.unwrap_or(engine.jobs.worker_count());
-        let graph = plan_job(&plan, &engine.catalog, parallelism)?;
+        let (_, graph) = plan_graph(
+            engine,
+            &rel.definition,
+            parallelism,
+            rel.emit_on_window_close,
+        )
+        .await?;
         start_job(engine, &rel, &graph, output).await?;
     }
     Ok(())

@@ -287,6 +287,15 @@ impl Session {
                             Field::new("Create Sql", DataType::Utf8, false),
                         ])))
                     }
+                    Ok(crate::sql::EddyStatement::EmitOnWindowClose(sql))
+                        if sql.trim_start().to_ascii_lowercase().starts_with("explain") =>
+                    {
+                        Some(Arc::new(Schema::new(vec![Field::new(
+                            "QUERY PLAN",
+                            DataType::Utf8,
+                            true,
+                        )])))
+                    }
                     _ => None,
                 },
                 eddy_statement: Some(stmt?),
@@ -393,6 +402,21 @@ impl Session {
             EddyStatement::CreateSink(s) => sinks::create(self, s).await,
             EddyStatement::DropSink { names, if_exists } => sinks::drop(self, names, if_exists),
             EddyStatement::ShowCreate { kind, name } => show::show_create(self, &kind, &name),
+            EddyStatement::EmitOnWindowClose(sql) => {
+                let mut statements = self.engine.parse(&sql)?;
+                match (statements.len(), statements.pop()) {
+                    (1, Some(Statement::CreateView(view))) if view.materialized => {
+                        materialized_views::create(self, view, true).await
+                    }
+                    (1, Some(Statement::Explain { statement, .. })) => match *statement {
+                        Statement::CreateView(view) if view.materialized => {
+                            materialized_views::explain(self, &view, true).await
+                        }
+                        _ => Err(emit_on_window_close_misplaced()),
+                    },
+                    _ => Err(emit_on_window_close_misplaced()),
+                }
+            }
             // A barrier through every job: earlier writes are then in every view.
             EddyStatement::Flush => {
                 self.engine.jobs.flush().await;
@@ -405,14 +429,14 @@ impl Session {
         match stmt {
             Statement::CreateTable(create) => ddl::create_table(self, create).await,
             Statement::CreateView(view) if view.materialized => {
-                materialized_views::create(self, view).await
+                materialized_views::create(self, view, false).await
             }
             Statement::Explain { statement, .. } if matches!(statement.as_ref(), Statement::CreateView(v) if v.materialized) =>
             {
                 let Statement::CreateView(view) = *statement else {
                     unreachable!("matched above")
                 };
-                materialized_views::explain(self, &view).await
+                materialized_views::explain(self, &view, false).await
             }
             Statement::CreateView(view) => ddl::create_view(self, view).await,
             Statement::Drop {
@@ -557,6 +581,10 @@ fn with_postgres_names(outcome: Outcome, stmt: &Statement) -> Outcome {
         },
         (outcome, _) => outcome,
     }
+}
+
+fn emit_on_window_close_misplaced() -> EddyError {
+    EddyError::syntax("EMIT ON WINDOW CLOSE ends a CREATE MATERIALIZED VIEW statement")
 }
 
 /// Statements whose planning and execution DataFusion does.

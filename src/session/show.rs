@@ -181,8 +181,14 @@ pub(super) fn show_create(session: &Session, kind: &str, name: &str) -> Result<O
         RelationKind::View => format!("CREATE VIEW {} AS {}", rel.name, rel.definition),
         RelationKind::MaterializedView => {
             format!(
-                "CREATE MATERIALIZED VIEW {} AS {}",
-                rel.name, rel.definition
+                "CREATE MATERIALIZED VIEW {} AS {}{}",
+                rel.name,
+                rel.definition,
+                if rel.emit_on_window_close {
+                    " EMIT ON WINDOW CLOSE"
+                } else {
+                    ""
+                }
             )
         }
         RelationKind::Sink => {

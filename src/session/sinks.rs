@@ -7,7 +7,6 @@ use crate::catalog::{Relation, RelationKind};
 use crate::error::{EddyError, Result, sqlstate};
 use crate::sql::CreateSink;
 use crate::stream::job::JobOutput;
-use crate::stream::planner::plan_job;
 
 pub(super) async fn create(session: &Session, sink: CreateSink) -> Result<Outcome> {
     let engine = &session.engine;
@@ -42,8 +41,8 @@ pub(super) async fn create(session: &Session, sink: CreateSink) -> Result<Outcom
         }
     }
     let parallelism = session.streaming_parallelism()?;
-    let plan = engine.plan_streaming_query(&sink.query).await?;
-    let graph = plan_job(&plan, &engine.catalog, parallelism)?;
+    let (plan, graph) =
+        super::materialized_views::plan_graph(engine, &sink.query, parallelism, false).await?;
     let rel = engine.catalog.create_relation(Relation {
         id: 0,
         name: sink.name.clone(),
@@ -55,6 +54,7 @@ pub(super) async fn create(session: &Session, sink: CreateSink) -> Result<Outcom
         options: sink.options.clone(),
         watermark: None,
         parallelism: Some(parallelism),
+        emit_on_window_close: false,
     })?;
     let output = JobOutput::blackhole(&rel.options)?;
     super::materialized_views::start_job(engine, &rel, &graph, output).await?;

@@ -36,6 +36,7 @@ pub(super) fn create_source(session: &Session, create: CreateSource) -> Result<O
         options: create.options.clone(),
         watermark: None,
         parallelism: None,
+        emit_on_window_close: false,
     };
     if let Some((column, expression)) = &create.watermark {
         let field = rel

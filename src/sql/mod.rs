@@ -31,6 +31,9 @@ pub enum EddyStatement {
     },
     /// `FLUSH`: wait until earlier writes are visible everywhere.
     Flush,
+    /// `[EXPLAIN] CREATE MATERIALIZED VIEW ... EMIT ON WINDOW CLOSE`: the statement
+    /// without its last clause, which sqlparser does not know.
+    EmitOnWindowClose(String),
 }
 
 /// Splits a query string into its statements at top-level semicolons, so that Eddy's own
@@ -120,7 +123,22 @@ pub fn parse_eddy_statement(sql: &str) -> Option<Result<EddyStatement>> {
     {
         return Some(Ok(EddyStatement::Flush));
     }
+    if let Some(statement) = strip_emit_on_window_close(sql) {
+        return Some(Ok(EddyStatement::EmitOnWindowClose(statement)));
+    }
     source::parse_drop(sql)
+}
+
+/// `sql` without a final `EMIT ON WINDOW CLOSE`, if it ends with one.
+fn strip_emit_on_window_close(sql: &str) -> Option<String> {
+    let body = sql.trim().trim_end_matches(';').trim_end();
+    let lower = body.to_ascii_lowercase();
+    let at = lower.rfind("emit")?;
+    let clause: Vec<&str> = lower[at..].split_whitespace().collect();
+    let before = &body[..at];
+    let separated = before.ends_with(|c: char| c.is_whitespace() || c == ')');
+    (clause == ["emit", "on", "window", "close"] && separated)
+        .then(|| before.trim_end().to_string())
 }
 
 use crate::error::{EddyError, Result};

@@ -5,8 +5,13 @@
 //! open; then the barrier is returned once. So everything a task emits before a barrier
 //! comes from before that barrier on all inputs — the property consistent checkpoints
 //! need. An input whose channel closes has ended; when all have, so has the stream.
+//!
+//! Watermarks are merged too: a column's watermark is the smallest of the latest ones of
+//! the inputs still open, passed on when it grows.
 
-use super::{Barrier, Message};
+use super::{Barrier, Message, Watermark};
+use datafusion::common::ScalarValue;
+use std::collections::HashMap;
 use std::future::poll_fn;
 use std::task::Poll;
 use tokio::sync::mpsc::{Receiver, UnboundedReceiver};
@@ -35,6 +40,10 @@ pub struct AlignedInputs {
     pending: Option<Barrier>,
     /// Where the next poll starts, so no input starves the others.
     start: usize,
+    /// Per input, the latest watermark of each column.
+    watermarks: Vec<HashMap<usize, ScalarValue>>,
+    /// Per column, the watermark last passed on.
+    emitted: HashMap<usize, ScalarValue>,
 }
 
 impl AlignedInputs {
@@ -45,7 +54,33 @@ impl AlignedInputs {
             held: vec![false; n],
             pending: None,
             start: 0,
+            watermarks: vec![HashMap::new(); n],
+            emitted: HashMap::new(),
         }
+    }
+
+    /// The merged watermark of `column` if it grew: the minimum over open inputs, once
+    /// every open input has one.
+    fn merged_watermark(&mut self, column: usize) -> Option<Watermark> {
+        let mut min: Option<&ScalarValue> = None;
+        for (input, marks) in self.inputs.iter().zip(&self.watermarks) {
+            if input.is_none() {
+                continue;
+            }
+            let value = marks.get(&column)?;
+            if min.is_none_or(|m| value.partial_cmp(m) == Some(std::cmp::Ordering::Less)) {
+                min = Some(value);
+            }
+        }
+        let min = min?.clone();
+        let grew = self
+            .emitted
+            .get(&column)
+            .is_none_or(|e| min.partial_cmp(e) == Some(std::cmp::Ordering::Greater));
+        grew.then(|| {
+            self.emitted.insert(column, min.clone());
+            Watermark { column, value: min }
+        })
     }
 
     /// The next chunk or aligned barrier; `None` when every input has ended.
@@ -85,7 +120,24 @@ impl AlignedInputs {
             })
             .await;
             match message {
-                None => self.inputs[index] = None,
+                None => {
+                    self.inputs[index] = None;
+                    // The ended input no longer holds watermarks back.
+                    let columns: Vec<usize> = self.watermarks[index].keys().copied().collect();
+                    for column in columns {
+                        if let Some(w) = self.merged_watermark(column)
+                            && self.inputs.iter().any(|i| i.is_some())
+                        {
+                            return Some(Message::Watermark(w));
+                        }
+                    }
+                }
+                Some(Message::Watermark(w)) => {
+                    self.watermarks[index].insert(w.column, w.value);
+                    if let Some(merged) = self.merged_watermark(w.column) {
+                        return Some(Message::Watermark(merged));
+                    }
+                }
                 Some(Message::Barrier(b)) => {
                     self.held[index] = true;
                     self.pending = Some(b);

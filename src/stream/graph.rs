@@ -67,6 +67,7 @@ pub enum FragmentInput {
         spec: ConnectorSpec,
         /// Columns read, by index.
         projection: Option<Vec<usize>>,
+        watermark: Option<super::watermark::SourceWatermark>,
     },
     /// The change stream of a table or materialized view: its current rows first, then
     /// every change. Always one subtask.

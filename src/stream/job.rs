@@ -67,6 +67,8 @@ pub struct JobInfo {
     pub rows_written: AtomicU64,
     /// Source records skipped because they did not fit the source's schema.
     pub malformed_rows: AtomicU64,
+    /// Source rows dropped for arriving behind the watermark.
+    pub late_rows: AtomicU64,
     pub started: SystemTime,
     pub finished: Mutex<Option<SystemTime>>,
     pub tasks: Vec<Arc<TaskInfo>>,
@@ -291,7 +293,10 @@ impl JobRegistry {
                 let placement = self.workers.place(subtask);
                 let input = match &fragment.input {
                     FragmentInput::Connector {
-                        spec, projection, ..
+                        spec,
+                        projection,
+                        watermark,
+                        ..
                     } => {
                         let readers = (0..spec.split_count())
                             .filter(|s| s % fragment.parallelism == subtask)
@@ -305,6 +310,9 @@ impl JobRegistry {
                             projection: projection.clone(),
                             rows_per_second: spec.rows_per_second() as f64 * share,
                             barriers: rx,
+                            watermark: watermark
+                                .clone()
+                                .map(super::watermark::WatermarkGenerator::new),
                         }
                     }
                     FragmentInput::Changes { projection, .. } => {
@@ -395,6 +403,7 @@ impl JobRegistry {
             rows_read: AtomicU64::new(0),
             rows_written: AtomicU64::new(0),
             malformed_rows: AtomicU64::new(0),
+            late_rows: AtomicU64::new(0),
             started: SystemTime::now(),
             finished: Mutex::new(None),
             tasks: infos,

@@ -15,7 +15,8 @@ pub mod message;
 pub mod operators;
 pub mod planner;
 pub mod task;
+pub mod watermark;
 pub mod workers;
 
 pub use chunk::{Op, StreamChunk};
-pub use message::{Barrier, Message};
+pub use message::{Barrier, Message, Watermark};

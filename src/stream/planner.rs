@@ -23,8 +23,10 @@ use crate::catalog::{Catalog, Relation, RelationKind};
 use crate::connectors::ConnectorSpec;
 use crate::error::{EddyError, Result};
 use crate::state::keys::MAX_PARALLELISM;
+use crate::stream::watermark::{SourceWatermark, WatermarkMapping, monotone_column};
 use arrow::datatypes::SchemaRef;
 use datafusion::common::DFSchema;
+use datafusion::execution::session_state::SessionState;
 use datafusion::logical_expr::execution_props::ExecutionProps;
 use datafusion::logical_expr::physical_planning_context::PhysicalPlanningContext;
 use datafusion::logical_expr::{Expr, ExprSchemable, LogicalPlan};
@@ -37,6 +39,7 @@ enum Node {
         source: Relation,
         spec: ConnectorSpec,
         projection: Option<Vec<usize>>,
+        watermark: Option<SourceWatermark>,
     },
     Changes {
         relation: Relation,
@@ -46,6 +49,8 @@ enum Node {
     Op {
         spec: OperatorSpec,
         input: Box<Node>,
+        /// Output columns that carry a watermark.
+        watermarks: Vec<usize>,
     },
     Agg {
         spec: OperatorSpec,
@@ -54,9 +59,11 @@ enum Node {
         key_types: Vec<arrow::datatypes::DataType>,
         key_names: String,
         input: Box<Node>,
+        watermarks: Vec<usize>,
     },
     Union {
         inputs: Vec<Node>,
+        watermarks: Vec<usize>,
     },
 }
 
@@ -67,9 +74,35 @@ impl Node {
             Node::Connector { .. } => false,
             Node::Changes { .. } | Node::Agg { .. } => true,
             Node::Op { input, .. } => input.keyed(),
-            Node::Union { inputs } => inputs.iter().any(Node::keyed),
+            Node::Union { inputs, .. } => inputs.iter().any(Node::keyed),
         }
     }
+
+    /// Output columns that carry a watermark.
+    fn watermarks(&self) -> Vec<usize> {
+        match self {
+            Node::Connector { watermark, .. } => watermark
+                .as_ref()
+                .and_then(|w| w.output_column)
+                .into_iter()
+                .collect(),
+            Node::Changes { .. } => vec![],
+            Node::Op { watermarks, .. }
+            | Node::Agg { watermarks, .. }
+            | Node::Union { watermarks, .. } => watermarks.clone(),
+        }
+    }
+}
+
+/// What planning needs besides the plan.
+pub struct PlanContext<'a> {
+    pub catalog: &'a Catalog,
+    /// Plans the watermark expressions of sources.
+    pub state: &'a SessionState,
+    /// The job's parallelism (the session's `streaming_parallelism`).
+    pub parallelism: usize,
+    /// `EMIT ON WINDOW CLOSE`: aggregates emit each window once, when it closes.
+    pub emit_on_window_close: bool,
 }
 
 /// An aggregate being planned: the projections and filters that follow it in the query
@@ -83,6 +116,10 @@ struct AggParts {
     schema: SchemaRef,
     post: Vec<PostOp>,
     input: Node,
+    /// Output columns (after the post operators so far) that carry a watermark.
+    watermarks: Vec<usize>,
+    /// With `EMIT ON WINDOW CLOSE`: the group key position of the window column.
+    window_close: Option<usize>,
 }
 
 /// A plan visited so far: a finished node, or an aggregate still taking the operators
@@ -108,21 +145,33 @@ impl Partial {
                 format!(", then {}", describe_post(&agg.post))
             }
         );
-        let (exprs, types, calls, schema, post) = (
+        let describe = match agg.window_close {
+            Some(key) => format!(
+                "{describe} emit on window close of {}",
+                agg.group_names[key]
+            ),
+            None => describe,
+        };
+        let (exprs, types, calls, schema, post, window_close) = (
             agg.group_exprs.clone(),
             agg.group_types.clone(),
             agg.calls,
             agg.schema,
             agg.post,
+            agg.window_close,
         );
         let build: OperatorFactory = Arc::new(move || {
-            Ok(Box::new(HashAgg::new(
+            let agg = HashAgg::new(
                 exprs.clone(),
                 types.clone(),
                 calls.clone(),
                 schema.clone(),
                 post.clone(),
-            )?) as Box<dyn Operator>)
+            )?;
+            Ok(Box::new(match window_close {
+                Some(key) => agg.emit_on_window_close(key)?,
+                None => agg,
+            }) as Box<dyn Operator>)
         });
         Ok(Node::Agg {
             spec: OperatorSpec { describe, build },
@@ -130,6 +179,7 @@ impl Partial {
             key_types: agg.group_types,
             key_names: agg.group_names.join(", "),
             input: Box::new(agg.input),
+            watermarks: agg.watermarks,
         })
     }
 }
@@ -159,26 +209,90 @@ fn unsupported(what: &str) -> EddyError {
     ))
 }
 
-fn stateless(describe: String, build: OperatorFactory, input: Node) -> Node {
+fn stateless(
+    describe: String,
+    build: OperatorFactory,
+    input: Node,
+    watermarks: Vec<usize>,
+) -> Node {
     Node::Op {
         spec: OperatorSpec { describe, build },
         input: Box::new(input),
+        watermarks,
     }
 }
 
 fn filter_node(predicate: Arc<dyn PhysicalExpr>, input: Node) -> Node {
     let describe = format!("Filter({predicate})");
+    let watermarks = input.watermarks();
     stateless(
         describe,
         Arc::new(move || Ok(Box::new(Filter::new(predicate.clone())) as Box<dyn Operator>)),
         input,
+        watermarks,
     )
+}
+
+/// How the output columns of a projection carry the watermarks of its input.
+fn projection_watermarks(
+    exprs: &[Expr],
+    input_schema: &DFSchema,
+    watermarked: &[usize],
+) -> Result<Vec<WatermarkMapping>> {
+    let mut mappings = Vec::new();
+    for (output, expr) in exprs.iter().enumerate() {
+        if let Some(input) = monotone_column(expr, input_schema, watermarked) {
+            mappings.push(WatermarkMapping {
+                input,
+                output,
+                expr: physical(expr, input_schema)?,
+                input_schema: Arc::new(input_schema.as_arrow().clone()),
+            });
+        }
+    }
+    Ok(mappings)
+}
+
+/// The watermark a source declares (`WATERMARK FOR col AS expr`), as the job reads it.
+fn source_watermark(
+    rel: &Relation,
+    projection: &Option<Vec<usize>>,
+    ctx: &PlanContext,
+) -> Result<Option<SourceWatermark>> {
+    let Some(spec) = &rel.watermark else {
+        return Ok(None);
+    };
+    let schema = DFSchema::try_from(rel.arrow_schema().as_ref().clone())?;
+    let time_column = rel
+        .columns
+        .iter()
+        .position(|c| c.name == spec.column)
+        .ok_or_else(|| {
+            EddyError::internal(format!("watermark column {} is not a column", spec.column))
+        })?;
+    let expr = ctx.state.create_logical_expr(&spec.expression, &schema)?;
+    let output_column = match projection {
+        Some(p) => p.iter().position(|c| *c == time_column),
+        None => Some(time_column),
+    };
+    Ok(Some(SourceWatermark {
+        time_column,
+        expr: physical(&expr, &schema)?,
+        output_column,
+    }))
 }
 
 /// Plans a view's query as a stream graph running at `parallelism` (the session's
 /// `streaming_parallelism`).
-pub fn plan_job(plan: &LogicalPlan, catalog: &Catalog, parallelism: usize) -> Result<StreamGraph> {
-    let root = visit(plan, catalog)?.finish()?;
+pub fn plan_job(plan: &LogicalPlan, ctx: &PlanContext) -> Result<StreamGraph> {
+    let parallelism = ctx.parallelism;
+    let root = visit(plan, ctx)?.finish()?;
+    if ctx.emit_on_window_close && !root_has_window_close(&root) {
+        return Err(EddyError::not_supported(
+            "EMIT ON WINDOW CLOSE needs a GROUP BY on a column with a watermark \
+             (such as window_start of TUMBLE or HOP over a source with WATERMARK FOR)",
+        ));
+    }
     let schema: SchemaRef = Arc::new(plan.schema().as_arrow().clone());
     let keyed = root.keyed();
     let mut fragments = Vec::new();
@@ -193,6 +307,18 @@ pub fn plan_job(plan: &LogicalPlan, catalog: &Catalog, parallelism: usize) -> Re
         schema,
         keyed,
     })
+}
+
+/// Whether an aggregate of the plan emits on window close.
+fn root_has_window_close(node: &Node) -> bool {
+    match node {
+        Node::Connector { .. } | Node::Changes { .. } => false,
+        Node::Op { input, .. } => root_has_window_close(input),
+        Node::Agg { spec, input, .. } => {
+            spec.describe.contains("emit on window close") || root_has_window_close(input)
+        }
+        Node::Union { inputs, .. } => inputs.iter().any(root_has_window_close),
+    }
 }
 
 /// A new fragment at `parallelism` reading fragment `from`: rebalanced if its rows are
@@ -222,6 +348,7 @@ fn fragment_of(node: Node, fragments: &mut Vec<Fragment>, parallelism: usize) ->
             source,
             spec,
             projection,
+            watermark,
         } => {
             let splits = spec.split_count().max(1);
             let subtasks = match spec {
@@ -235,6 +362,7 @@ fn fragment_of(node: Node, fragments: &mut Vec<Fragment>, parallelism: usize) ->
                     source,
                     spec,
                     projection,
+                    watermark,
                 },
                 chain: vec![],
                 parallelism: subtasks,
@@ -257,7 +385,7 @@ fn fragment_of(node: Node, fragments: &mut Vec<Fragment>, parallelism: usize) ->
             });
             fragments.len() - 1
         }
-        Node::Op { spec, input } => {
+        Node::Op { spec, input, .. } => {
             // Chained onto whatever computes its input: filtering and projecting before
             // rows move between subtasks costs nothing and moves fewer rows.
             let f = fragment_of(*input, fragments, parallelism);
@@ -270,6 +398,7 @@ fn fragment_of(node: Node, fragments: &mut Vec<Fragment>, parallelism: usize) ->
             key_types,
             key_names,
             input,
+            ..
         } => {
             let from = fragment_of(*input, fragments, parallelism);
             let (exchange, subtasks) = if keys.is_empty() {
@@ -292,7 +421,7 @@ fn fragment_of(node: Node, fragments: &mut Vec<Fragment>, parallelism: usize) ->
             });
             fragments.len() - 1
         }
-        Node::Union { inputs } => {
+        Node::Union { inputs, .. } => {
             let mut edges = Vec::new();
             let mut keyed = false;
             for (i, input) in inputs.into_iter().enumerate() {
@@ -326,12 +455,13 @@ fn fragment_of(node: Node, fragments: &mut Vec<Fragment>, parallelism: usize) ->
     }
 }
 
-fn visit(plan: &LogicalPlan, catalog: &Catalog) -> Result<Partial> {
+fn visit(plan: &LogicalPlan, ctx: &PlanContext) -> Result<Partial> {
     let plain = |node| Ok(Partial::Node(node));
     match plan {
         LogicalPlan::TableScan(scan) => {
             let name = scan.table_name.table();
-            let rel = catalog
+            let rel = ctx
+                .catalog
                 .get(name)
                 .ok_or_else(|| EddyError::undefined_table(name))?;
             if scan.fetch.is_some() {
@@ -341,10 +471,12 @@ fn visit(plan: &LogicalPlan, catalog: &Catalog) -> Result<Partial> {
             let mut node = match rel.kind {
                 RelationKind::Source => {
                     let spec = ConnectorSpec::from_options(&rel.arrow_schema(), &rel.options)?;
+                    let watermark = source_watermark(&rel, &projection, ctx)?;
                     Node::Connector {
                         source: rel,
                         spec,
                         projection,
+                        watermark,
                     }
                 }
                 RelationKind::Table | RelationKind::MaterializedView => Node::Changes {
@@ -365,7 +497,7 @@ fn visit(plan: &LogicalPlan, catalog: &Catalog) -> Result<Partial> {
         }
         LogicalPlan::Filter(filter) => {
             let predicate = physical(&filter.predicate, filter.input.schema())?;
-            Ok(match visit(&filter.input, catalog)? {
+            Ok(match visit(&filter.input, ctx)? {
                 Partial::Agg(mut agg) => {
                     agg.post.push(PostOp::Filter(predicate));
                     Partial::Agg(agg)
@@ -374,18 +506,28 @@ fn visit(plan: &LogicalPlan, catalog: &Catalog) -> Result<Partial> {
             })
         }
         LogicalPlan::Projection(projection) => {
+            let input_schema = projection.input.schema();
             let exprs = projection
                 .expr
                 .iter()
-                .map(|e| physical(e, projection.input.schema()))
+                .map(|e| physical(e, input_schema))
                 .collect::<Result<Vec<_>>>()?;
-            let project = Project::new(exprs, Arc::new(projection.schema.as_arrow().clone()));
-            Ok(match visit(&projection.input, catalog)? {
+            let schema = Arc::new(projection.schema.as_arrow().clone());
+            Ok(match visit(&projection.input, ctx)? {
                 Partial::Agg(mut agg) => {
-                    agg.post.push(PostOp::Project(project));
+                    let mappings =
+                        projection_watermarks(&projection.expr, input_schema, &agg.watermarks)?;
+                    agg.watermarks = mappings.iter().map(|m| m.output).collect();
+                    agg.post.push(PostOp::Project(
+                        Project::new(exprs, schema).with_watermarks(mappings),
+                    ));
                     Partial::Agg(agg)
                 }
                 Partial::Node(node) => {
+                    let mappings =
+                        projection_watermarks(&projection.expr, input_schema, &node.watermarks())?;
+                    let watermarks = mappings.iter().map(|m| m.output).collect();
+                    let project = Project::new(exprs, schema).with_watermarks(mappings);
                     let describe = format!(
                         "Project({})",
                         projection
@@ -399,13 +541,14 @@ fn visit(plan: &LogicalPlan, catalog: &Catalog) -> Result<Partial> {
                         describe,
                         Arc::new(move || Ok(Box::new(project.clone()) as Box<dyn Operator>)),
                         node,
+                        watermarks,
                     ))
                 }
             })
         }
-        LogicalPlan::SubqueryAlias(alias) => visit(&alias.input, catalog),
+        LogicalPlan::SubqueryAlias(alias) => visit(&alias.input, ctx),
         LogicalPlan::Unnest(unnest) => {
-            let Partial::Node(input) = visit(&unnest.input, catalog)? else {
+            let Partial::Node(input) = visit(&unnest.input, ctx)? else {
                 return Err(unsupported("unnest after an aggregate"));
             };
             let [(list_column, list)] = unnest.list_type_columns.as_slice() else {
@@ -419,6 +562,13 @@ fn visit(plan: &LogicalPlan, catalog: &Catalog) -> Result<Partial> {
             }
             let list_column = *list_column;
             let sources = unnest.dependency_indices.clone();
+            let input_watermarks = input.watermarks();
+            let watermarks = sources
+                .iter()
+                .enumerate()
+                .filter(|(_, s)| input_watermarks.contains(s))
+                .map(|(output, _)| output)
+                .collect();
             let schema = Arc::new(unnest.schema.as_arrow().clone());
             plain(stateless(
                 format!("Unnest(column {list_column})"),
@@ -429,11 +579,29 @@ fn visit(plan: &LogicalPlan, catalog: &Catalog) -> Result<Partial> {
                     )
                 }),
                 input,
+                watermarks,
             ))
         }
         LogicalPlan::Aggregate(aggregate) => {
-            let input = visit(&aggregate.input, catalog)?.finish()?;
+            let input = visit(&aggregate.input, ctx)?.finish()?;
             let input_schema = aggregate.input.schema();
+            let input_watermarks = input.watermarks();
+            // Group keys that are watermarked input columns keep the watermark.
+            let watermark_keys: Vec<usize> = aggregate
+                .group_expr
+                .iter()
+                .enumerate()
+                .filter(|(_, e)| {
+                    matches!(e, Expr::Column(c)
+                        if input_schema.index_of_column(c).is_ok_and(|i| input_watermarks.contains(&i)))
+                })
+                .map(|(k, _)| k)
+                .collect();
+            let window_close = if ctx.emit_on_window_close {
+                watermark_keys.first().copied()
+            } else {
+                None
+            };
             let group_exprs = aggregate
                 .group_expr
                 .iter()
@@ -474,15 +642,23 @@ fn visit(plan: &LogicalPlan, catalog: &Catalog) -> Result<Partial> {
                 schema: Arc::new(aggregate.schema.as_arrow().clone()),
                 post: vec![],
                 input,
+                watermarks: watermark_keys,
+                window_close,
             }))
         }
         LogicalPlan::Union(union) => {
             let inputs = union
                 .inputs
                 .iter()
-                .map(|i| visit(i, catalog)?.finish())
+                .map(|i| visit(i, ctx)?.finish())
                 .collect::<Result<Vec<_>>>()?;
-            plain(Node::Union { inputs })
+            // A column keeps a watermark only if every input has one on it.
+            let mut watermarks = inputs.first().map(Node::watermarks).unwrap_or_default();
+            for input in &inputs[1..] {
+                let theirs = input.watermarks();
+                watermarks.retain(|c| theirs.contains(c));
+            }
+            plain(Node::Union { inputs, watermarks })
         }
         LogicalPlan::Join(_) => Err(unsupported("JOIN")),
         LogicalPlan::Sort(_) => Err(unsupported("ORDER BY")),

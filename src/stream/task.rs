@@ -5,7 +5,8 @@ use super::barrier_align::AlignedInputs;
 use super::dispatch::Dispatcher;
 use super::job::{JobInfo, TaskInfo};
 use super::operators::Operator;
-use super::{Barrier, Message, StreamChunk};
+use super::watermark::WatermarkGenerator;
+use super::{Barrier, Message, StreamChunk, Watermark};
 use crate::connectors::SplitReader;
 use crate::error::Result;
 use crate::state::StateTable;
@@ -26,6 +27,7 @@ pub enum TaskInput {
         /// This subtask's share of the source's rate (0: as fast as possible).
         rows_per_second: f64,
         barriers: UnboundedReceiver<Barrier>,
+        watermark: Option<WatermarkGenerator>,
     },
     /// Reads channels (from upstream tasks or a change log), after an optional snapshot.
     Merge {
@@ -114,32 +116,7 @@ impl Task {
                 inputs: AlignedInputs::new(vec![]),
             },
         );
-        let result = match super::operators::initial_output(&mut self.chain) {
-            Ok(initial) => self.emit(&job, initial).await.map(|_| ()),
-            Err(e) => Err(e),
-        };
-        let result = match (result, &mut input) {
-            (Err(e), _) => Err(e),
-            (Ok(()), input) => match input {
-                TaskInput::Connector {
-                    readers,
-                    projection,
-                    rows_per_second,
-                    barriers,
-                } => {
-                    self.run_connector(&job, readers, projection, *rows_per_second, barriers)
-                        .await
-                }
-                TaskInput::Merge {
-                    snapshot,
-                    projection,
-                    inputs,
-                } => {
-                    self.run_merge(&job, std::mem::take(snapshot), projection, inputs)
-                        .await
-                }
-            },
-        };
+        let result = self.run_input(&job, &mut input).await;
         if let Err(e) = result {
             job.fail(e.message.clone());
         }
@@ -155,6 +132,40 @@ impl Task {
         job.task_ended();
     }
 
+    async fn run_input(&mut self, job: &JobInfo, input: &mut TaskInput) -> Result<()> {
+        let initial = super::operators::initial_output(&mut self.chain)?;
+        if !self.emit(job, initial).await? {
+            return Ok(());
+        }
+        match input {
+            TaskInput::Connector {
+                readers,
+                projection,
+                rows_per_second,
+                barriers,
+                watermark,
+            } => {
+                self.run_connector(
+                    job,
+                    readers,
+                    projection,
+                    *rows_per_second,
+                    barriers,
+                    watermark,
+                )
+                .await
+            }
+            TaskInput::Merge {
+                snapshot,
+                projection,
+                inputs,
+            } => {
+                self.run_merge(job, std::mem::take(snapshot), projection, inputs)
+                    .await
+            }
+        }
+    }
+
     async fn run_connector(
         &mut self,
         job: &JobInfo,
@@ -162,6 +173,7 @@ impl Task {
         projection: &Option<Vec<usize>>,
         rows_per_second: f64,
         barriers: &mut UnboundedReceiver<Barrier>,
+        watermark: &mut Option<WatermarkGenerator>,
     ) -> Result<()> {
         let mut stop = job.stop_receiver();
         let batch_rows = if rows_per_second > 0.0 {
@@ -197,10 +209,23 @@ impl Task {
             let rows = batch.num_rows() as u64;
             read += rows;
             job.rows_read.fetch_add(rows, Ordering::Relaxed);
+            let (batch, advanced) = match watermark {
+                Some(generator) => {
+                    let (batch, late, advanced) = generator.observe(batch)?;
+                    job.late_rows.fetch_add(late, Ordering::Relaxed);
+                    (batch, advanced)
+                }
+                None => (batch, None),
+            };
             let chunk = project(StreamChunk::inserts(batch), projection)?;
             let outputs = self.process(chunk)?;
             add_time(&self.info.busy_ns, busy);
             if !self.emit(job, outputs).await? {
+                return Ok(());
+            }
+            if let Some(w) = advanced
+                && !self.watermark(job, w).await?
+            {
                 return Ok(());
             }
             if rows_per_second > 0.0 {
@@ -224,7 +249,33 @@ impl Task {
                 tokio::task::yield_now().await;
             }
         }
+        self.finish(job).await
+    }
+
+    /// The input has ended: operators release what they held (final watermark).
+    async fn finish(&mut self, job: &JobInfo) -> Result<()> {
+        let outputs = super::operators::finish_chain(&mut self.chain)?;
+        self.emit(job, outputs).await?;
         Ok(())
+    }
+
+    /// Runs a watermark through the chain and passes on what comes out; `Ok(false)` when
+    /// downstream is gone.
+    async fn watermark(&mut self, job: &JobInfo, watermark: Watermark) -> Result<bool> {
+        let busy = Instant::now();
+        let (chunks, watermarks) = super::operators::run_watermark(&mut self.chain, watermark)?;
+        add_time(&self.info.busy_ns, busy);
+        if !self.emit(job, chunks).await? {
+            return Ok(false);
+        }
+        if let TaskOutput::Dispatch(dispatcher) = &mut self.output {
+            for w in watermarks {
+                if !dispatcher.broadcast(Message::Watermark(w)).await {
+                    return Ok(false);
+                }
+            }
+        }
+        Ok(true)
     }
 
     async fn run_merge(
@@ -251,7 +302,12 @@ impl Task {
             };
             add_time(&self.info.idle_ns, idle);
             match message {
-                None => return Ok(()),
+                None => return self.finish(job).await,
+                Some(Message::Watermark(w)) => {
+                    if !self.watermark(job, w).await? {
+                        return Ok(());
+                    }
+                }
                 Some(Message::Chunk(chunk)) => {
                     let busy = Instant::now();
                     let outputs = self.process(project(chunk, projection)?)?;

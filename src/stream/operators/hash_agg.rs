@@ -11,11 +11,11 @@
 //! that retracting the current extreme finds the next one. Values are kept in arrow-row's
 //! memcomparable form, converted a whole column at a time.
 
-use super::Operator;
 use super::filter::mask;
 use super::project::Project;
+use super::{Operator, WatermarkOutput};
 use crate::error::{EddyError, Result};
-use crate::stream::{Op, StreamChunk};
+use crate::stream::{Op, StreamChunk, Watermark};
 use arrow::array::{Array, ArrayRef, AsArray, Float64Array, Int64Array, RecordBatch};
 use arrow::compute::cast;
 use arrow::datatypes::{DataType, Float64Type, Int64Type, SchemaRef};
@@ -93,6 +93,26 @@ pub struct HashAgg {
     visible: Vec<bool>,
     agg_schema: SchemaRef,
     post: Vec<PostOp>,
+    /// Slots of forgotten groups, reused by new ones.
+    free: Vec<usize>,
+    group_types: Vec<DataType>,
+    /// Group keys that are plain input columns, as (input column, key position): a
+    /// watermark on the column is one on the key.
+    watermark_keys: Vec<(usize, usize)>,
+    window_close: Option<WindowClose>,
+}
+
+/// `EMIT ON WINDOW CLOSE`: groups are held back until the watermark passes their window
+/// column, then emitted once, final, and forgotten.
+struct WindowClose {
+    /// Position of the window column among the group keys.
+    key: usize,
+    /// Encodes that column's values (memcomparable).
+    codec: RowConverter,
+    /// Open groups by window value.
+    open: BTreeMap<Vec<u8>, Vec<usize>>,
+    /// Windows below this value are closed: rows for them are late and dropped.
+    closed_below: Option<Vec<u8>>,
 }
 
 impl HashAgg {
@@ -113,7 +133,20 @@ impl HashAgg {
         } else {
             (group_exprs, group_types)
         };
-        let key_codec = RowConverter::new(group_types.into_iter().map(SortField::new).collect())?;
+        let key_codec =
+            RowConverter::new(group_types.iter().cloned().map(SortField::new).collect())?;
+        let watermark_keys = if global {
+            vec![]
+        } else {
+            group_exprs
+                .iter()
+                .enumerate()
+                .filter_map(|(k, e)| {
+                    e.downcast_ref::<datafusion::physical_expr::expressions::Column>()
+                        .map(|c| (c.index(), k))
+                })
+                .collect()
+        };
         let states = calls
             .iter()
             .map(|c| {
@@ -156,43 +189,148 @@ impl HashAgg {
             visible: vec![],
             agg_schema,
             post,
+            free: vec![],
+            group_types,
+            watermark_keys,
+            window_close: None,
         })
     }
 
-    /// Group index of every row, creating groups as needed.
-    fn group_ids(&mut self, batch: &RecordBatch) -> Result<Vec<usize>> {
-        let keys = self
-            .group_exprs
-            .iter()
-            .map(|e| Ok(e.evaluate(batch)?.into_array(batch.num_rows())?))
-            .collect::<Result<Vec<ArrayRef>>>()?;
-        let rows = self.key_codec.convert_columns(&keys)?;
-        let mut ids = Vec::with_capacity(batch.num_rows());
-        for row in rows.iter() {
-            let next = self.group_rows.len();
-            let id = *self.groups.entry(row.owned()).or_insert(next);
-            if id == next {
-                self.group_rows.push(row.owned());
-                self.row_counts.push(0);
-                self.visible.push(false);
-                for s in &mut self.states {
-                    match s {
-                        AggState::Count(v) => v.push(0),
-                        AggState::IntSum(v, n) => {
-                            v.push(0);
-                            n.push(0);
-                        }
-                        AggState::FloatSum(v, n) => {
-                            v.push(0.0);
-                            n.push(0);
-                        }
-                        AggState::Values { counts, .. } => counts.push(BTreeMap::new()),
+    /// Emits each group only once its window (group key `key`) is closed by the watermark.
+    pub fn emit_on_window_close(mut self, key: usize) -> Result<Self> {
+        self.window_close = Some(WindowClose {
+            key,
+            codec: RowConverter::new(vec![SortField::new(self.group_types[key].clone())])?,
+            open: BTreeMap::new(),
+            closed_below: None,
+        });
+        Ok(self)
+    }
+
+    /// A slot for a new group: a forgotten group's, reset, or a new one.
+    fn new_group(&mut self, row: OwnedRow) -> usize {
+        if let Some(g) = self.free.pop() {
+            self.group_rows[g] = row;
+            self.row_counts[g] = 0;
+            self.visible[g] = false;
+            for s in &mut self.states {
+                match s {
+                    AggState::Count(v) => v[g] = 0,
+                    AggState::IntSum(v, n) => {
+                        v[g] = 0;
+                        n[g] = 0;
                     }
+                    AggState::FloatSum(v, n) => {
+                        v[g] = 0.0;
+                        n[g] = 0;
+                    }
+                    AggState::Values { counts, .. } => counts[g].clear(),
                 }
             }
+            return g;
+        }
+        self.group_rows.push(row);
+        self.row_counts.push(0);
+        self.visible.push(false);
+        for s in &mut self.states {
+            match s {
+                AggState::Count(v) => v.push(0),
+                AggState::IntSum(v, n) => {
+                    v.push(0);
+                    n.push(0);
+                }
+                AggState::FloatSum(v, n) => {
+                    v.push(0.0);
+                    n.push(0);
+                }
+                AggState::Values { counts, .. } => counts.push(BTreeMap::new()),
+            }
+        }
+        self.group_rows.len() - 1
+    }
+
+    /// The group key columns of a batch.
+    fn key_columns(&self, batch: &RecordBatch) -> Result<Vec<ArrayRef>> {
+        self.group_exprs
+            .iter()
+            .map(|e| Ok(e.evaluate(batch)?.into_array(batch.num_rows())?))
+            .collect()
+    }
+
+    /// Group index of every row, creating groups as needed (and, with `EMIT ON WINDOW
+    /// CLOSE`, registering new groups under their window).
+    fn group_ids(&mut self, batch: &RecordBatch) -> Result<Vec<usize>> {
+        let keys = self.key_columns(batch)?;
+        let rows = self.key_codec.convert_columns(&keys)?;
+        let windows = match &self.window_close {
+            Some(w) => Some(w.codec.convert_columns(&[keys[w.key].clone()])?),
+            None => None,
+        };
+        let mut ids = Vec::with_capacity(batch.num_rows());
+        for (i, row) in rows.iter().enumerate() {
+            let id = match self.groups.get(&row.owned()) {
+                Some(id) => *id,
+                None => {
+                    let id = self.new_group(row.owned());
+                    self.groups.insert(row.owned(), id);
+                    if let (Some(w), Some(windows)) = (&mut self.window_close, &windows) {
+                        w.open
+                            .entry(windows.row(i).as_ref().to_vec())
+                            .or_default()
+                            .push(id);
+                    }
+                    id
+                }
+            };
             ids.push(id);
         }
         Ok(ids)
+    }
+
+    /// With `EMIT ON WINDOW CLOSE`: the rows of a chunk whose window is still open (rows
+    /// for a closed window are late).
+    fn drop_late_rows(&self, chunk: StreamChunk) -> Result<StreamChunk> {
+        let Some(w) = &self.window_close else {
+            return Ok(chunk);
+        };
+        let Some(closed_below) = &w.closed_below else {
+            return Ok(chunk);
+        };
+        let window = self.group_exprs[w.key]
+            .evaluate(&chunk.batch)?
+            .into_array(chunk.num_rows())?;
+        let rows = w.codec.convert_columns(&[window])?;
+        let keep: arrow::array::BooleanArray = rows
+            .iter()
+            .map(|r| Some(r.as_ref() >= closed_below.as_slice()))
+            .collect();
+        super::filter::filter_chunk(chunk, &keep)
+    }
+
+    /// Emits the final rows of closed groups (as inserts) and forgets the groups.
+    fn close_groups(&mut self, groups: Vec<usize>) -> Result<Vec<StreamChunk>> {
+        let groups: Vec<usize> = groups.into_iter().filter(|g| self.exists(*g)).collect();
+        let (batch, keep) = self.output_rows(&groups)?;
+        let mut rows = Vec::new();
+        let mut keys = Vec::new();
+        for (i, g) in groups.iter().enumerate() {
+            if keep[i] {
+                rows.push(i as u32);
+                keys.push(self.group_rows[*g].as_ref().to_vec());
+            }
+        }
+        for g in &groups {
+            let row = self.group_rows[*g].clone();
+            self.groups.remove(&row);
+            self.free.push(*g);
+        }
+        let batch =
+            arrow::compute::take_record_batch(&batch, &arrow::array::UInt32Array::from(rows))?;
+        Ok(vec![StreamChunk {
+            ops: vec![Op::Insert; keys.len()],
+            batch,
+            keys: Some(keys),
+        }])
     }
 
     /// Adds (sign +1) or retracts (sign -1) every row into its group's state.
@@ -406,6 +544,57 @@ impl Operator for HashAgg {
         "HashAgg"
     }
 
+    /// A watermark on a group key column: with `EMIT ON WINDOW CLOSE` on that key, the
+    /// windows below it close; the key's output column gets the watermark.
+    fn on_watermark(&mut self, watermark: Watermark) -> Result<WatermarkOutput> {
+        let Some(&(_, key)) = self
+            .watermark_keys
+            .iter()
+            .find(|(column, _)| *column == watermark.column)
+        else {
+            return Ok((vec![], vec![]));
+        };
+        let mut chunks = Vec::new();
+        if let Some(w) = &mut self.window_close
+            && w.key == key
+        {
+            let value = watermark.value.to_array_of_size(1)?;
+            let value = cast(&value, &self.group_types[key])?;
+            let bound = w.codec.convert_columns(&[value])?.row(0).as_ref().to_vec();
+            let still_open = w.open.split_off(&bound);
+            let closed = std::mem::replace(&mut w.open, still_open);
+            if w.closed_below.as_ref().is_none_or(|c| *c < bound) {
+                w.closed_below = Some(bound);
+            }
+            chunks = self.close_groups(closed.into_values().flatten().collect())?;
+        }
+        let mut watermarks = vec![Watermark {
+            column: key,
+            value: watermark.value,
+        }];
+        for op in &self.post {
+            if let PostOp::Project(p) = op {
+                let mut mapped = Vec::new();
+                for w in &watermarks {
+                    mapped.extend(p.map_watermark(w)?);
+                }
+                watermarks = mapped;
+            }
+        }
+        Ok((chunks, watermarks))
+    }
+
+    /// End of input: with `EMIT ON WINDOW CLOSE`, every open window closes.
+    fn finish(&mut self) -> Result<Vec<StreamChunk>> {
+        match &mut self.window_close {
+            Some(w) => {
+                let open = std::mem::take(&mut w.open);
+                self.close_groups(open.into_values().flatten().collect())
+            }
+            None => Ok(vec![]),
+        }
+    }
+
     /// A global aggregate has a row before any input (`count(*)` of nothing is 0).
     fn initial_output(&mut self) -> Result<Vec<StreamChunk>> {
         if !self.global {
@@ -423,6 +612,17 @@ impl Operator for HashAgg {
     }
 
     fn process(&mut self, chunk: StreamChunk) -> Result<Vec<StreamChunk>> {
+        if self.window_close.is_some() {
+            let chunk = self.drop_late_rows(chunk)?;
+            let ids = self.group_ids(&chunk.batch)?;
+            let signs: Vec<i64> = chunk
+                .ops
+                .iter()
+                .map(|o| if o.is_insert() { 1 } else { -1 })
+                .collect();
+            self.update(&chunk.batch, &ids, &signs)?;
+            return Ok(vec![]);
+        }
         let ids = self.group_ids(&chunk.batch)?;
         let mut touched: Vec<usize> = Vec::new();
         let mut seen = std::collections::HashSet::new();

@@ -7,7 +7,7 @@ pub mod project;
 pub mod tag_keys;
 pub mod unnest;
 
-use super::StreamChunk;
+use super::{StreamChunk, Watermark};
 use crate::error::Result;
 
 pub trait Operator: Send {
@@ -21,7 +21,22 @@ pub trait Operator: Send {
     fn initial_output(&mut self) -> Result<Vec<StreamChunk>> {
         Ok(vec![])
     }
+
+    /// Reacts to a watermark on one of its input columns: rows it can now emit (closed
+    /// windows) and the watermarks of its output columns. By default the column keeps
+    /// its index (operators that keep their input's columns).
+    fn on_watermark(&mut self, watermark: Watermark) -> Result<WatermarkOutput> {
+        Ok((vec![], vec![watermark]))
+    }
+
+    /// The input has ended for good (a final watermark): rows still held back.
+    fn finish(&mut self) -> Result<Vec<StreamChunk>> {
+        Ok(vec![])
+    }
 }
+
+/// What an operator returns for a watermark: chunks, then watermarks for its output.
+pub type WatermarkOutput = (Vec<StreamChunk>, Vec<Watermark>);
 
 /// Runs a chunk through a chain of operators.
 pub fn run_chain(chain: &mut [Box<dyn Operator>], chunk: StreamChunk) -> Result<Vec<StreamChunk>> {
@@ -36,6 +51,42 @@ pub fn initial_output(chain: &mut [Box<dyn Operator>]) -> Result<Vec<StreamChunk
         let initial = chain[i].initial_output()?;
         if !initial.is_empty() {
             out.extend(run_chunks(&mut chain[i + 1..], initial)?);
+        }
+    }
+    Ok(out)
+}
+
+/// Runs a watermark through a chain: each operator's chunks go through the operators
+/// after it, its watermarks to the next operator. Returns the chunks and the watermarks
+/// leaving the chain, chunks first.
+pub fn run_watermark(
+    chain: &mut [Box<dyn Operator>],
+    watermark: Watermark,
+) -> Result<WatermarkOutput> {
+    let mut chunks = Vec::new();
+    let mut watermarks = vec![watermark];
+    for i in 0..chain.len() {
+        let mut next = Vec::new();
+        for w in watermarks {
+            let (out, wms) = chain[i].on_watermark(w)?;
+            if !out.is_empty() {
+                chunks.extend(run_chunks(&mut chain[i + 1..], out)?);
+            }
+            next.extend(wms);
+        }
+        watermarks = next;
+    }
+    Ok((chunks, watermarks))
+}
+
+/// The input has ended: what each operator still holds, run through the operators after
+/// it.
+pub fn finish_chain(chain: &mut [Box<dyn Operator>]) -> Result<Vec<StreamChunk>> {
+    let mut out = Vec::new();
+    for i in 0..chain.len() {
+        let held = chain[i].finish()?;
+        if !held.is_empty() {
+            out.extend(run_chunks(&mut chain[i + 1..], held)?);
         }
     }
     Ok(out)

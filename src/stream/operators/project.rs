@@ -1,8 +1,9 @@
 //! Project: computes output columns from input columns, row for row.
 
-use super::Operator;
+use super::{Operator, WatermarkOutput};
 use crate::error::Result;
-use crate::stream::StreamChunk;
+use crate::stream::watermark::{WatermarkMapping, map_watermark};
+use crate::stream::{StreamChunk, Watermark};
 use arrow::array::RecordBatch;
 use arrow::datatypes::SchemaRef;
 use datafusion::physical_expr::PhysicalExpr;
@@ -12,11 +13,27 @@ use std::sync::Arc;
 pub struct Project {
     exprs: Vec<Arc<dyn PhysicalExpr>>,
     schema: SchemaRef,
+    /// Output columns that carry an input column's watermark.
+    watermarks: Vec<WatermarkMapping>,
 }
 
 impl Project {
     pub fn new(exprs: Vec<Arc<dyn PhysicalExpr>>, schema: SchemaRef) -> Self {
-        Self { exprs, schema }
+        Self {
+            exprs,
+            schema,
+            watermarks: vec![],
+        }
+    }
+
+    pub fn with_watermarks(mut self, watermarks: Vec<WatermarkMapping>) -> Self {
+        self.watermarks = watermarks;
+        self
+    }
+
+    /// The output watermarks an input watermark gives.
+    pub fn map_watermark(&self, watermark: &Watermark) -> Result<Vec<Watermark>> {
+        map_watermark(&self.watermarks, watermark)
     }
 
     pub fn apply(&self, batch: &RecordBatch) -> Result<RecordBatch> {
@@ -45,5 +62,9 @@ impl Operator for Project {
             batch,
             keys: chunk.keys,
         }])
+    }
+
+    fn on_watermark(&mut self, watermark: Watermark) -> Result<WatermarkOutput> {
+        Ok((vec![], self.map_watermark(&watermark)?))
     }
 }

@@ -1,9 +1,9 @@
 //! Unnest: one output row per element of a list column, the other columns repeated.
 //! `HOP` windows use it: each row is emitted once per window it falls in.
 
-use super::Operator;
+use super::{Operator, WatermarkOutput};
 use crate::error::{EddyError, Result};
-use crate::stream::{Op, StreamChunk};
+use crate::stream::{Op, StreamChunk, Watermark};
 use arrow::array::{Array, AsArray, RecordBatch, UInt32Array};
 use arrow::compute::take;
 use arrow::datatypes::SchemaRef;
@@ -29,6 +29,22 @@ impl Unnest {
 impl Operator for Unnest {
     fn name(&self) -> &'static str {
         "Unnest"
+    }
+
+    /// Each output column keeps the watermark of the input column it comes from (the
+    /// list column's watermark is already its smallest element's).
+    fn on_watermark(&mut self, watermark: Watermark) -> Result<WatermarkOutput> {
+        let out = self
+            .sources
+            .iter()
+            .enumerate()
+            .filter(|(_, source)| **source == watermark.column)
+            .map(|(column, _)| Watermark {
+                column,
+                value: watermark.value.clone(),
+            })
+            .collect();
+        Ok((vec![], out))
     }
 
     fn process(&mut self, chunk: StreamChunk) -> Result<Vec<StreamChunk>> {
