@@ -360,10 +360,23 @@ const HOP_REFERENCE: &str = "SELECT ws AS window_start, count(*) AS n, max(price
              ) w GROUP BY ws";
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn nexmark_views_match_batch_results() {
+async fn nexmark_views_match_batch_results_at_parallelism_1() {
+    nexmark_views_match_batch_results(1).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn nexmark_views_match_batch_results_at_parallelism_4() {
+    nexmark_views_match_batch_results(4).await;
+}
+
+async fn nexmark_views_match_batch_results(parallelism: usize) {
     use arrow::datatypes::{DataType, Field, Schema, TimeUnit};
     let server = TestServer::start();
     let client = server.connect().await;
+    client
+        .batch_execute(&format!("SET streaming_parallelism = {parallelism}"))
+        .await
+        .unwrap();
     client.batch_execute(BIDS).await.unwrap();
     for (name, query, _) in NEXMARK_VIEWS {
         client
@@ -400,7 +413,11 @@ async fn nexmark_views_match_batch_results() {
         let streamed = view_rows(&client, &format!("SELECT * FROM {name}")).await;
         let batch = batch_query(reference.unwrap_or(query), &schema, &spec).await;
         assert!(!batch.is_empty(), "{name}: the batch query has rows");
-        assert_same(name, &streamed, &batch);
+        assert_same(
+            &format!("{name} at parallelism {parallelism}"),
+            &streamed,
+            &batch,
+        );
     }
     // 30000 events hold 27600 bids.
     let read = view_rows(
