@@ -301,11 +301,6 @@ pub(super) async fn drop(
             )));
         }
     };
-    if cascade {
-        return Err(EddyError::not_supported(
-            "DROP ... CASCADE is not supported yet",
-        ));
-    }
     let catalog = &session.engine.catalog;
     let names = names
         .iter()
@@ -313,12 +308,7 @@ pub(super) async fn drop(
         .collect::<Result<Vec<_>>>()?;
     let to_drop = catalog.resolve_drop(&names, kind, if_exists, sqlstate::UNDEFINED_TABLE)?;
     for rel in to_drop {
-        catalog.drop_relation(&rel.name)?;
-        if rel.kind == RelationKind::Table {
-            let table = session.engine.schema_provider.state_table_for(&rel)?;
-            table.truncate()?;
-            session.engine.schema_provider.forget(rel.id);
-        }
+        super::drop::drop_relation(&session.engine, &rel, cascade)?;
     }
     Ok(Outcome::command(tag))
 }

@@ -169,6 +169,7 @@ pub(super) async fn drop(
     session: &Session,
     names: &[ast::ObjectName],
     if_exists: bool,
+    cascade: bool,
 ) -> Result<Outcome> {
     let engine = &session.engine;
     let names = names
@@ -181,11 +182,7 @@ pub(super) async fn drop(
         if_exists,
         sqlstate::UNDEFINED_TABLE,
     )? {
-        engine.catalog.drop_relation(&rel.name)?;
-        engine.jobs.stop(&rel.name);
-        let table = engine.schema_provider.state_table_for(&rel)?;
-        table.truncate()?;
-        engine.schema_provider.forget(rel.id);
+        super::drop::drop_relation(engine, &rel, cascade)?;
     }
     Ok(Outcome::Command("DROP_MATERIALIZED_VIEW".into()))
 }

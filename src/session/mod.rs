@@ -11,6 +11,7 @@ mod client_queries;
 mod column_names;
 mod copy;
 mod ddl;
+pub mod drop;
 mod functions;
 pub mod materialized_views;
 mod pg_semantics;
@@ -396,11 +397,15 @@ impl Session {
         match stmt {
             EddyStatement::User(u) => users::execute(self, u),
             EddyStatement::CreateSource(s) => sources::create_source(self, s),
-            EddyStatement::DropSource { names, if_exists } => {
-                sources::drop_sources(self, names, if_exists)
-            }
+            EddyStatement::DropSource {
+                names,
+                if_exists,
+                cascade,
+            } => sources::drop_sources(self, names, if_exists, cascade),
             EddyStatement::CreateSink(s) => sinks::create(self, s).await,
-            EddyStatement::DropSink { names, if_exists } => sinks::drop(self, names, if_exists),
+            EddyStatement::DropSink {
+                names, if_exists, ..
+            } => sinks::drop(self, names, if_exists),
             EddyStatement::ShowCreate { kind, name } => show::show_create(self, &kind, &name),
             EddyStatement::EmitOnWindowClose(sql) => {
                 let mut statements = self.engine.parse(&sql)?;
@@ -443,8 +448,9 @@ impl Session {
                 object_type: ast::ObjectType::MaterializedView,
                 if_exists,
                 names,
+                cascade,
                 ..
-            } => materialized_views::drop(self, &names, if_exists).await,
+            } => materialized_views::drop(self, &names, if_exists, cascade).await,
             Statement::Drop {
                 object_type,
                 if_exists,

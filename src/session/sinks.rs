@@ -69,8 +69,7 @@ pub(super) fn drop(session: &Session, names: Vec<String>, if_exists: bool) -> Re
         if_exists,
         sqlstate::UNDEFINED_OBJECT,
     )? {
-        engine.catalog.drop_relation(&rel.name)?;
-        engine.jobs.stop(&rel.name);
+        super::drop::drop_relation(engine, &rel, false)?;
     }
     Ok(Outcome::Command("DROP_SINK".into()))
 }

@@ -122,15 +122,16 @@ pub(super) fn drop_sources(
     session: &Session,
     names: Vec<String>,
     if_exists: bool,
+    cascade: bool,
 ) -> Result<Outcome> {
-    let catalog = &session.engine.catalog;
-    for rel in catalog.resolve_drop(
+    let engine = &session.engine;
+    for rel in engine.catalog.resolve_drop(
         &names,
         RelationKind::Source,
         if_exists,
         sqlstate::UNDEFINED_OBJECT,
     )? {
-        catalog.drop_relation(&rel.name)?;
+        super::drop::drop_relation(engine, &rel, cascade)?;
     }
     Ok(Outcome::Command("DROP SOURCE".into()))
 }

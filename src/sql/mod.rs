@@ -18,11 +18,13 @@ pub enum EddyStatement {
     DropSource {
         names: Vec<String>,
         if_exists: bool,
+        cascade: bool,
     },
     CreateSink(CreateSink),
     DropSink {
         names: Vec<String>,
         if_exists: bool,
+        cascade: bool,
     },
     /// `SHOW CREATE {TABLE | VIEW | MATERIALIZED VIEW | SOURCE | SINK} name`.
     ShowCreate {

@@ -233,25 +233,33 @@ pub fn parse_drop(sql: &str) -> Option<Result<super::EddyStatement>> {
             i += 2;
         }
         let mut names = Vec::new();
+        let mut cascade = false;
         loop {
             names.push(identifier(tokens.get(i))?);
             i += 1;
             match tokens.get(i) {
                 Some(Token::Comma) => i += 1,
                 None => break,
-                Some(t) if is_word(Some(t), "cascade") => {
-                    return Err(EddyError::not_supported(
-                        "DROP SOURCE ... CASCADE is not supported yet",
-                    ));
+                Some(t) if is_word(Some(t), "cascade") && tokens.get(i + 1).is_none() => {
+                    cascade = true;
+                    break;
                 }
                 Some(t) if is_word(Some(t), "restrict") && tokens.get(i + 1).is_none() => break,
                 Some(t) => return Err(EddyError::syntax(format!("unexpected {t} in DROP"))),
             }
         }
         Ok(if sink {
-            super::EddyStatement::DropSink { names, if_exists }
+            super::EddyStatement::DropSink {
+                names,
+                if_exists,
+                cascade,
+            }
         } else {
-            super::EddyStatement::DropSource { names, if_exists }
+            super::EddyStatement::DropSource {
+                names,
+                if_exists,
+                cascade,
+            }
         })
     };
     Some(parse())

@@ -1,0 +1,53 @@
+//! Dropping relations of every kind, with `CASCADE`.
+//!
+//! Each kind leaves something behind besides its catalog entry: a materialized view its
+//! job and rows, a sink its job, a table its rows. `CASCADE` drops everything that reads
+//! the relation first, newest first, so each drop finds no dependents left.
+
+use super::Engine;
+use crate::catalog::{Relation, RelationKind};
+use crate::error::Result;
+
+/// Drops `rel`, and with `cascade` every relation that depends on it (directly or not).
+/// Without `cascade`, a relation with dependents is refused (2BP01).
+pub(super) fn drop_relation(engine: &Engine, rel: &Relation, cascade: bool) -> Result<()> {
+    if cascade {
+        for dependent in dependents_of(engine, rel.id) {
+            drop_one(engine, &dependent)?;
+        }
+    }
+    drop_one(engine, rel)
+}
+
+fn drop_one(engine: &Engine, rel: &Relation) -> Result<()> {
+    engine.catalog.drop_relation(&rel.name)?;
+    match rel.kind {
+        RelationKind::MaterializedView | RelationKind::Sink => engine.jobs.stop(&rel.name),
+        _ => {}
+    }
+    if matches!(
+        rel.kind,
+        RelationKind::Table | RelationKind::MaterializedView
+    ) {
+        engine.schema_provider.state_table_for(rel)?.truncate()?;
+        engine.schema_provider.forget(rel.id);
+    }
+    Ok(())
+}
+
+/// Every relation reading `id`, directly or through others, newest first.
+fn dependents_of(engine: &Engine, id: u32) -> Vec<Relation> {
+    let relations = engine.catalog.relations();
+    let mut found: Vec<Relation> = Vec::new();
+    let mut frontier = vec![id];
+    while let Some(current) = frontier.pop() {
+        for r in &relations {
+            if r.depends_on.contains(&current) && !found.iter().any(|f| f.id == r.id) {
+                frontier.push(r.id);
+                found.push(r.clone());
+            }
+        }
+    }
+    found.sort_by_key(|r| std::cmp::Reverse(r.id));
+    found
+}
