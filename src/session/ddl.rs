@@ -41,7 +41,11 @@ pub(crate) fn relation_name(name: &ObjectName) -> Result<String> {
     }
 }
 
-pub(super) async fn create_table(session: &Session, create: CreateTable) -> Result<Outcome> {
+pub(super) async fn create_table(
+    session: &Session,
+    create: CreateTable,
+    extras: Option<crate::sql::table_extras::CreateTableExtras>,
+) -> Result<Outcome> {
     let name = relation_name(&create.name)?;
     if create.query.is_some() {
         return Err(EddyError::not_supported(
@@ -109,7 +113,7 @@ pub(super) async fn create_table(session: &Session, create: CreateTable) -> Resu
         pk_indices.push(idx);
     }
 
-    let rel = Relation {
+    let mut rel = Relation {
         id: 0,
         name,
         kind: RelationKind::Table,
@@ -122,6 +126,15 @@ pub(super) async fn create_table(session: &Session, create: CreateTable) -> Resu
         parallelism: None,
         emit_on_window_close: false,
     };
+    if let Some(extras) = extras {
+        if let Some((column, expression)) = &extras.watermark {
+            rel.watermark = Some(super::sources::watermark_spec(&rel, column, expression)?);
+        }
+        if extras.append_only {
+            rel.options.insert("append_only".into(), "true".into());
+        }
+        rel.definition = extras.original;
+    }
     session.engine.catalog.create_relation(rel)?;
     Ok(Outcome::command("CREATE TABLE"))
 }

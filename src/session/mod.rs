@@ -407,6 +407,13 @@ impl Session {
                 names, if_exists, ..
             } => sinks::drop(self, names, if_exists),
             EddyStatement::ShowCreate { kind, name } => show::show_create(self, &kind, &name),
+            EddyStatement::CreateTable(extras) => match self.engine.parse(&extras.statement)?.pop()
+            {
+                Some(Statement::CreateTable(create)) => {
+                    ddl::create_table(self, create, Some(extras)).await
+                }
+                _ => Err(EddyError::syntax("expected CREATE TABLE")),
+            },
             EddyStatement::EmitOnWindowClose(sql) => {
                 let mut statements = self.engine.parse(&sql)?;
                 match (statements.len(), statements.pop()) {
@@ -432,7 +439,7 @@ impl Session {
 
     async fn execute_statement(&self, stmt: Statement) -> Result<Outcome> {
         match stmt {
-            Statement::CreateTable(create) => ddl::create_table(self, create).await,
+            Statement::CreateTable(create) => ddl::create_table(self, create, None).await,
             Statement::CreateView(view) if view.materialized => {
                 materialized_views::create(self, view, false).await
             }

@@ -39,33 +39,7 @@ pub(super) fn create_source(session: &Session, create: CreateSource) -> Result<O
         emit_on_window_close: false,
     };
     if let Some((column, expression)) = &create.watermark {
-        let field = rel
-            .columns
-            .iter()
-            .find(|c| &c.name == column)
-            .ok_or_else(|| {
-                EddyError::new(
-                    sqlstate::UNDEFINED_COLUMN,
-                    format!(
-                        "watermark column \"{column}\" is not a column of source \"{}\"",
-                        create.name
-                    ),
-                )
-            })?;
-        if !matches!(field.sql_type.to_arrow(), DataType::Timestamp(..)) {
-            return Err(EddyError::new(
-                sqlstate::DATATYPE_MISMATCH,
-                format!("watermark column \"{column}\" must be a timestamp or timestamptz"),
-            ));
-        }
-        Parser::new(&PostgreSqlDialect {})
-            .try_with_sql(expression)
-            .and_then(|mut p| p.parse_expr())
-            .map_err(|e| EddyError::syntax(format!("invalid watermark expression: {e}")))?;
-        rel.watermark = Some(WatermarkSpec {
-            column: column.clone(),
-            expression: expression.clone(),
-        });
+        rel.watermark = Some(watermark_spec(&rel, column, expression)?);
     }
     if let Some((format, encode)) = &create.format {
         if format != "plain" {
@@ -89,6 +63,43 @@ pub(super) fn create_source(session: &Session, create: CreateSource) -> Result<O
     rel.definition = source_definition(&create);
     catalog.create_relation(rel)?;
     Ok(Outcome::Command("CREATE SOURCE".into()))
+}
+
+/// Checks `WATERMARK FOR column AS expression` of a source or table: the column exists
+/// and is a timestamp, the expression parses.
+pub(super) fn watermark_spec(
+    rel: &Relation,
+    column: &str,
+    expression: &str,
+) -> Result<WatermarkSpec> {
+    let field = rel
+        .columns
+        .iter()
+        .find(|c| c.name == column)
+        .ok_or_else(|| {
+            EddyError::new(
+                sqlstate::UNDEFINED_COLUMN,
+                format!(
+                    "watermark column \"{column}\" is not a column of {} \"{}\"",
+                    rel.kind.sql_name(),
+                    rel.name
+                ),
+            )
+        })?;
+    if !matches!(field.sql_type.to_arrow(), DataType::Timestamp(..)) {
+        return Err(EddyError::new(
+            sqlstate::DATATYPE_MISMATCH,
+            format!("watermark column \"{column}\" must be a timestamp or timestamptz"),
+        ));
+    }
+    Parser::new(&PostgreSqlDialect {})
+        .try_with_sql(expression)
+        .and_then(|mut p| p.parse_expr())
+        .map_err(|e| EddyError::syntax(format!("invalid watermark expression: {e}")))?;
+    Ok(WatermarkSpec {
+        column: column.to_string(),
+        expression: expression.to_string(),
+    })
 }
 
 /// The statement as it would be written again (for `SHOW CREATE SOURCE` and the docs).

@@ -6,6 +6,7 @@
 
 pub mod sink;
 pub mod source;
+pub mod table_extras;
 
 pub use sink::CreateSink;
 pub use source::CreateSource;
@@ -33,6 +34,8 @@ pub enum EddyStatement {
     },
     /// `FLUSH`: wait until earlier writes are visible everywhere.
     Flush,
+    /// `CREATE TABLE` with `WATERMARK FOR` or `APPEND ONLY`.
+    CreateTable(table_extras::CreateTableExtras),
     /// `[EXPLAIN] CREATE MATERIALIZED VIEW ... EMIT ON WINDOW CLOSE`: the statement
     /// without its last clause, which sqlparser does not know.
     EmitOnWindowClose(String),
@@ -124,6 +127,9 @@ pub fn parse_eddy_statement(sql: &str) -> Option<Result<EddyStatement>> {
         .eq_ignore_ascii_case("flush")
     {
         return Some(Ok(EddyStatement::Flush));
+    }
+    if let Some(table) = table_extras::parse(sql) {
+        return Some(table.map(EddyStatement::CreateTable));
     }
     if let Some(statement) = strip_emit_on_window_close(sql) {
         return Some(Ok(EddyStatement::EmitOnWindowClose(statement)));

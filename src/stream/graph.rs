@@ -74,6 +74,7 @@ pub enum FragmentInput {
     Changes {
         relation: Relation,
         projection: Option<Vec<usize>>,
+        watermark: Option<super::watermark::SourceWatermark>,
     },
     /// Other fragments, by index, each with the exchange on its edge.
     Upstream(Vec<(usize, Exchange)>),

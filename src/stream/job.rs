@@ -315,7 +315,11 @@ impl JobRegistry {
                                 .map(super::watermark::WatermarkGenerator::new),
                         }
                     }
-                    FragmentInput::Changes { projection, .. } => {
+                    FragmentInput::Changes {
+                        projection,
+                        watermark,
+                        ..
+                    } => {
                         let (snapshot, receivers) = changes.take().ok_or_else(|| {
                             crate::error::EddyError::internal("a change stream has one subtask")
                         })?;
@@ -323,12 +327,16 @@ impl JobRegistry {
                             snapshot,
                             projection: projection.clone(),
                             inputs: AlignedInputs::new(receivers),
+                            watermark: watermark
+                                .clone()
+                                .map(super::watermark::WatermarkGenerator::new),
                         }
                     }
                     FragmentInput::Upstream(_) => TaskInput::Merge {
                         snapshot: vec![],
                         projection: None,
                         inputs: AlignedInputs::new(std::mem::take(&mut inputs[f][subtask])),
+                        watermark: None,
                     },
                 };
                 let chain = fragment

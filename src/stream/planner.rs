@@ -44,6 +44,7 @@ enum Node {
     Changes {
         relation: Relation,
         projection: Option<Vec<usize>>,
+        watermark: Option<SourceWatermark>,
     },
     /// A stateless operator (filter, projection, unnest).
     Op {
@@ -81,12 +82,11 @@ impl Node {
     /// Output columns that carry a watermark.
     fn watermarks(&self) -> Vec<usize> {
         match self {
-            Node::Connector { watermark, .. } => watermark
+            Node::Connector { watermark, .. } | Node::Changes { watermark, .. } => watermark
                 .as_ref()
                 .and_then(|w| w.output_column)
                 .into_iter()
                 .collect(),
-            Node::Changes { .. } => vec![],
             Node::Op { watermarks, .. }
             | Node::Agg { watermarks, .. }
             | Node::Union { watermarks, .. } => watermarks.clone(),
@@ -373,11 +373,13 @@ fn fragment_of(node: Node, fragments: &mut Vec<Fragment>, parallelism: usize) ->
         Node::Changes {
             relation,
             projection,
+            watermark,
         } => {
             fragments.push(Fragment {
                 input: FragmentInput::Changes {
                     relation,
                     projection,
+                    watermark,
                 },
                 chain: vec![],
                 parallelism: 1,
@@ -479,10 +481,14 @@ fn visit(plan: &LogicalPlan, ctx: &PlanContext) -> Result<Partial> {
                         watermark,
                     }
                 }
-                RelationKind::Table | RelationKind::MaterializedView => Node::Changes {
-                    relation: rel,
-                    projection,
-                },
+                RelationKind::Table | RelationKind::MaterializedView => {
+                    let watermark = source_watermark(&rel, &projection, ctx)?;
+                    Node::Changes {
+                        relation: rel,
+                        projection,
+                        watermark,
+                    }
+                }
                 _ => {
                     return Err(EddyError::not_supported(format!(
                         "a materialized view over {} \"{name}\" is not supported",

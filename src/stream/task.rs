@@ -34,6 +34,8 @@ pub enum TaskInput {
         snapshot: Vec<StreamChunk>,
         projection: Option<Vec<usize>>,
         inputs: AlignedInputs,
+        /// For a change log of a table with `WATERMARK FOR`.
+        watermark: Option<WatermarkGenerator>,
     },
 }
 
@@ -114,6 +116,7 @@ impl Task {
                 snapshot: vec![],
                 projection: None,
                 inputs: AlignedInputs::new(vec![]),
+                watermark: None,
             },
         );
         let result = self.run_input(&job, &mut input).await;
@@ -159,8 +162,9 @@ impl Task {
                 snapshot,
                 projection,
                 inputs,
+                watermark,
             } => {
-                self.run_merge(job, std::mem::take(snapshot), projection, inputs)
+                self.run_merge(job, std::mem::take(snapshot), projection, inputs, watermark)
                     .await
             }
         }
@@ -209,22 +213,15 @@ impl Task {
             let rows = batch.num_rows() as u64;
             read += rows;
             job.rows_read.fetch_add(rows, Ordering::Relaxed);
-            let (batch, advanced) = match watermark {
-                Some(generator) => {
-                    let (batch, late, advanced) = generator.observe(batch)?;
-                    job.late_rows.fetch_add(late, Ordering::Relaxed);
-                    (batch, advanced)
-                }
-                None => (batch, None),
-            };
-            let chunk = project(StreamChunk::inserts(batch), projection)?;
-            let outputs = self.process(chunk)?;
-            add_time(&self.info.busy_ns, busy);
-            if !self.emit(job, outputs).await? {
-                return Ok(());
-            }
-            if let Some(w) = advanced
-                && !self.watermark(job, w).await?
+            if !self
+                .ingest(
+                    job,
+                    StreamChunk::inserts(batch),
+                    projection,
+                    watermark,
+                    busy,
+                )
+                .await?
             {
                 return Ok(());
             }
@@ -250,6 +247,36 @@ impl Task {
             }
         }
         self.finish(job).await
+    }
+
+    /// Runs a chunk read from a source or a change log through the chain: late rows
+    /// dropped and the watermark advanced first if the relation declares one. `Ok(false)`
+    /// when downstream is gone.
+    async fn ingest(
+        &mut self,
+        job: &JobInfo,
+        chunk: StreamChunk,
+        projection: &Option<Vec<usize>>,
+        watermark: &mut Option<WatermarkGenerator>,
+        busy: Instant,
+    ) -> Result<bool> {
+        let (chunk, advanced) = match watermark {
+            Some(generator) => {
+                let (chunk, late, advanced) = generator.observe(chunk)?;
+                job.late_rows.fetch_add(late, Ordering::Relaxed);
+                (chunk, advanced)
+            }
+            None => (chunk, None),
+        };
+        let outputs = self.process(project(chunk, projection)?)?;
+        add_time(&self.info.busy_ns, busy);
+        if !self.emit(job, outputs).await? {
+            return Ok(false);
+        }
+        match advanced {
+            Some(w) => self.watermark(job, w).await,
+            None => Ok(true),
+        }
     }
 
     /// The input has ended: operators release what they held (final watermark).
@@ -284,13 +311,14 @@ impl Task {
         snapshot: Vec<StreamChunk>,
         projection: &Option<Vec<usize>>,
         inputs: &mut AlignedInputs,
+        watermark: &mut Option<WatermarkGenerator>,
     ) -> Result<()> {
         let mut stop = job.stop_receiver();
         for chunk in snapshot {
-            let busy = Instant::now();
-            let outputs = self.process(project(chunk, projection)?)?;
-            add_time(&self.info.busy_ns, busy);
-            if !self.emit(job, outputs).await? {
+            if !self
+                .ingest(job, chunk, projection, watermark, Instant::now())
+                .await?
+            {
                 return Ok(());
             }
         }
@@ -309,10 +337,10 @@ impl Task {
                     }
                 }
                 Some(Message::Chunk(chunk)) => {
-                    let busy = Instant::now();
-                    let outputs = self.process(project(chunk, projection)?)?;
-                    add_time(&self.info.busy_ns, busy);
-                    if !self.emit(job, outputs).await? {
+                    if !self
+                        .ingest(job, chunk, projection, watermark, Instant::now())
+                        .await?
+                    {
                         return Ok(());
                     }
                 }

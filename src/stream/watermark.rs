@@ -169,29 +169,32 @@ impl WatermarkGenerator {
         }
     }
 
-    /// Drops the late rows of a batch (returning how many), then advances the watermark
+    /// Drops the late rows of a chunk (returning how many), then advances the watermark
     /// over what is left. Returns the watermark to send when it grew.
-    pub fn observe(&mut self, batch: RecordBatch) -> Result<(RecordBatch, u64, Option<Watermark>)> {
+    pub fn observe(
+        &mut self,
+        chunk: super::StreamChunk,
+    ) -> Result<(super::StreamChunk, u64, Option<Watermark>)> {
         use datafusion::logical_expr::Accumulator;
-        let mut batch = batch;
+        let mut chunk = chunk;
         let mut late = 0;
         if let Some(current) = &self.current {
-            let time = batch.column(self.spec.time_column);
+            let time = chunk.batch.column(self.spec.time_column);
             let bound = arrow::array::Scalar::new(current.to_array_of_size(1)?);
             let on_time = arrow::compute::kernels::cmp::gt_eq(time, &bound)?;
             // A NULL time is never late.
             let keep: arrow::array::BooleanArray =
                 on_time.iter().map(|v| Some(v.unwrap_or(true))).collect();
-            late = (batch.num_rows() - keep.true_count()) as u64;
+            late = (chunk.num_rows() - keep.true_count()) as u64;
             if late > 0 {
-                batch = arrow::compute::filter_record_batch(&batch, &keep)?;
+                chunk = super::operators::filter::filter_chunk(chunk, &keep)?;
             }
         }
         let values = self
             .spec
             .expr
-            .evaluate(&batch)?
-            .into_array(batch.num_rows())?;
+            .evaluate(&chunk.batch)?
+            .into_array(chunk.num_rows())?;
         let mut max =
             datafusion::functions_aggregate::min_max::MaxAccumulator::try_new(values.data_type())?;
         max.update_batch(&[values])?;
@@ -209,6 +212,6 @@ impl WatermarkGenerator {
                 value: candidate,
             });
         }
-        Ok((batch, late, out))
+        Ok((chunk, late, out))
     }
 }
