@@ -19,7 +19,7 @@ use crate::stream::{Op, StreamChunk, Watermark};
 use arrow::array::{Array, ArrayRef, AsArray, Float64Array, Int64Array, RecordBatch};
 use arrow::compute::cast;
 use arrow::datatypes::{DataType, Float64Type, Int64Type, SchemaRef};
-use arrow::row::{OwnedRow, RowConverter, SortField};
+use arrow::row::{RowConverter, SortField};
 use datafusion::common::ScalarValue;
 use datafusion::physical_expr::PhysicalExpr;
 use std::collections::{BTreeMap, HashMap};
@@ -85,8 +85,11 @@ pub struct HashAgg {
     key_codec: RowConverter,
     calls: Vec<AggCall>,
     states: Vec<AggState>,
-    groups: HashMap<OwnedRow, usize>,
-    group_rows: Vec<OwnedRow>,
+    /// Group index by encoded group key (looked up by borrowed bytes: no allocation per
+    /// row for groups that exist).
+    groups: HashMap<Box<[u8]>, usize>,
+    /// Each group's encoded key.
+    group_rows: Vec<Box<[u8]>>,
     /// Input rows per group (inserts minus deletes): a group with none has no row.
     row_counts: Vec<i64>,
     /// Whether the group's row is in the output (not filtered out by HAVING).
@@ -208,7 +211,7 @@ impl HashAgg {
     }
 
     /// A slot for a new group: a forgotten group's, reset, or a new one.
-    fn new_group(&mut self, row: OwnedRow) -> usize {
+    fn new_group(&mut self, row: Box<[u8]>) -> usize {
         if let Some(g) = self.free.pop() {
             self.group_rows[g] = row;
             self.row_counts[g] = 0;
@@ -268,11 +271,12 @@ impl HashAgg {
         };
         let mut ids = Vec::with_capacity(batch.num_rows());
         for (i, row) in rows.iter().enumerate() {
-            let id = match self.groups.get(&row.owned()) {
+            let id = match self.groups.get(row.as_ref()) {
                 Some(id) => *id,
                 None => {
-                    let id = self.new_group(row.owned());
-                    self.groups.insert(row.owned(), id);
+                    let key: Box<[u8]> = row.as_ref().into();
+                    let id = self.new_group(key.clone());
+                    self.groups.insert(key, id);
                     if let (Some(w), Some(windows)) = (&mut self.window_close, &windows) {
                         w.open
                             .entry(windows.row(i).as_ref().to_vec())
@@ -316,12 +320,11 @@ impl HashAgg {
         for (i, g) in groups.iter().enumerate() {
             if keep[i] {
                 rows.push(i as u32);
-                keys.push(self.group_rows[*g].as_ref().to_vec());
+                keys.push(self.group_rows[*g].to_vec());
             }
         }
         for g in &groups {
-            let row = self.group_rows[*g].clone();
-            self.groups.remove(&row);
+            self.groups.remove(&self.group_rows[*g]);
             self.free.push(*g);
         }
         let batch =
@@ -422,8 +425,9 @@ impl HashAgg {
         let mut columns = if self.global {
             vec![]
         } else {
+            let parser = self.key_codec.parser();
             self.key_codec
-                .convert_rows(groups.iter().map(|g| self.group_rows[*g].row()))?
+                .convert_rows(groups.iter().map(|g| parser.parse(&self.group_rows[*g])))?
         };
         let key_columns = columns.len();
         for ((call, state), field) in self
@@ -667,7 +671,7 @@ impl HashAgg {
         let mut rows: Vec<(usize, usize)> = Vec::new();
         for (i, g) in groups.iter().enumerate() {
             let now = keep[i] && self.exists(*g);
-            let key = self.group_rows[*g].as_ref().to_vec();
+            let key = self.group_rows[*g].to_vec();
             match (old_rows.get(g), now) {
                 (Some(o), true) => {
                     ops.extend([Op::UpdateDelete, Op::UpdateInsert]);
