@@ -36,6 +36,10 @@ pub struct Cli {
     /// shares slot i).
     #[arg(long, env = "EDDY_SLOTS_PER_WORKER")]
     pub slots_per_worker: Option<usize>,
+    /// Milliseconds between two checkpoint barriers (default 1000; `ALTER SYSTEM SET
+    /// barrier_interval_ms` changes it while running).
+    #[arg(long, env = "EDDY_BARRIER_INTERVAL_MS")]
+    pub barrier_interval_ms: Option<u64>,
     /// How clients authenticate.
     #[arg(long, env = "EDDY_AUTH", value_enum)]
     pub auth: Option<AuthMode>,
@@ -43,7 +47,7 @@ pub struct Cli {
     #[arg(long, env = "EDDY_ROOT_PASSWORD", hide_env_values = true)]
     pub root_password: Option<String>,
     /// A TOML file with any of the settings above (keys: listen, data_dir, workers,
-    /// slots_per_worker, auth).
+    /// slots_per_worker, barrier_interval_ms, auth).
     #[arg(long, env = "EDDY_CONFIG")]
     pub config: Option<PathBuf>,
 }
@@ -56,6 +60,7 @@ struct FileConfig {
     data_dir: Option<PathBuf>,
     workers: Option<usize>,
     slots_per_worker: Option<usize>,
+    barrier_interval_ms: Option<u64>,
     auth: Option<AuthMode>,
 }
 
@@ -66,6 +71,7 @@ pub struct Config {
     pub data_dir: PathBuf,
     pub workers: usize,
     pub slots_per_worker: usize,
+    pub barrier_interval_ms: u64,
     pub auth: AuthMode,
     pub root_password: Option<String>,
 }
@@ -106,6 +112,11 @@ impl Config {
                 .unwrap_or_else(|| PathBuf::from(DEFAULT_DATA_DIR)),
             workers,
             slots_per_worker,
+            barrier_interval_ms: cli
+                .barrier_interval_ms
+                .or(file.barrier_interval_ms)
+                .unwrap_or(crate::checkpoint::coordinator::DEFAULT_BARRIER_INTERVAL_MS)
+                .max(1),
             auth: cli.auth.or(file.auth).unwrap_or(AuthMode::Trust),
             root_password: cli.root_password,
         })
@@ -118,6 +129,7 @@ impl Config {
             data_dir: data_dir.to_path_buf(),
             workers: 2,
             slots_per_worker: DEFAULT_SLOTS_PER_WORKER,
+            barrier_interval_ms: crate::checkpoint::coordinator::DEFAULT_BARRIER_INTERVAL_MS,
             auth: AuthMode::Trust,
             root_password: None,
         }

@@ -2,6 +2,7 @@
 //! protocol. See `docs/architecture.md` for the map of the modules.
 
 pub mod catalog;
+pub mod checkpoint;
 pub mod config;
 pub mod connectors;
 pub mod error;

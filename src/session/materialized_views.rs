@@ -100,7 +100,7 @@ pub(super) async fn start_job(
         .iter()
         .any(|f| matches!(f.input, FragmentInput::Changes { .. }));
     if reads_changes {
-        engine.jobs.flush().await;
+        engine.checkpoints.run_round().await;
     }
     Ok(())
 }

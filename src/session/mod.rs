@@ -88,6 +88,8 @@ pub struct Engine {
     pub catalog: Arc<Catalog>,
     pub schema_provider: Arc<CatalogSchemaProvider>,
     pub jobs: Arc<crate::stream::job::JobRegistry>,
+    /// Injects barriers (checkpoint epochs) into every job; `FLUSH` runs a round.
+    pub checkpoints: Arc<crate::checkpoint::Coordinator>,
     pub(crate) ctx: SessionContext,
     parser: PostgresCompatibilityParser,
 }
@@ -131,12 +133,20 @@ impl Engine {
         crate::catalog::pg_catalog::EddyPgCatalog::install(&ctx, DATABASE_NAME, catalog.clone())?;
         functions::register(&ctx);
 
+        let checkpoints = Arc::new(crate::checkpoint::Coordinator::new(
+            jobs.clone(),
+            config.barrier_interval_ms,
+        ));
+        if tokio::runtime::Handle::try_current().is_ok() {
+            checkpoints.start();
+        }
         Ok(Arc::new(Self {
             config,
             store,
             catalog,
             schema_provider,
             jobs,
+            checkpoints,
             ctx,
             parser: PostgresCompatibilityParser::new(),
         }))
@@ -431,7 +441,7 @@ impl Session {
             }
             // A barrier through every job: earlier writes are then in every view.
             EddyStatement::Flush => {
-                self.engine.jobs.flush().await;
+                self.engine.checkpoints.run_round().await;
                 Ok(Outcome::Command("FLUSH".into()))
             }
         }

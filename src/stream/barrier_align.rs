@@ -4,14 +4,17 @@
 //! that input is held (not read) until the same barrier has arrived on every input still
 //! open; then the barrier is returned once. So everything a task emits before a barrier
 //! comes from before that barrier on all inputs — the property consistent checkpoints
-//! need. An input whose channel closes has ended; when all have, so has the stream.
+//! need. An input whose barrier is final has ended once that barrier is released; when
+//! the barrier ends the last open input it is returned final. An input whose channel
+//! closes without a final barrier was stopped; [`AlignedInputs::next`] then returns
+//! `None` once no input is left.
 //!
 //! Watermarks are merged too: a column's watermark is the smallest of the latest ones of
 //! the inputs still open, passed on when it grows.
 
 use super::{Barrier, Message, Watermark};
 use datafusion::common::ScalarValue;
-use std::collections::HashMap;
+use std::collections::{HashMap, VecDeque};
 use std::future::poll_fn;
 use std::task::Poll;
 use tokio::sync::mpsc::{Receiver, UnboundedReceiver};
@@ -37,7 +40,11 @@ pub struct AlignedInputs {
     inputs: Vec<Option<Input>>,
     /// Inputs held until the pending barrier has arrived on all of them.
     held: Vec<bool>,
+    /// Inputs whose held barrier is final: they end when it is released.
+    ending: Vec<bool>,
     pending: Option<Barrier>,
+    /// Messages ready to return (a released barrier, then watermarks it unblocked).
+    ready: VecDeque<Message>,
     /// Where the next poll starts, so no input starves the others.
     start: usize,
     /// Per input, the latest watermark of each column.
@@ -52,7 +59,9 @@ impl AlignedInputs {
         Self {
             inputs: inputs.into_iter().map(Some).collect(),
             held: vec![false; n],
+            ending: vec![false; n],
             pending: None,
+            ready: VecDeque::new(),
             start: 0,
             watermarks: vec![HashMap::new(); n],
             emitted: HashMap::new(),
@@ -83,24 +92,66 @@ impl AlignedInputs {
         })
     }
 
-    /// The next chunk or aligned barrier; `None` when every input has ended.
+    /// An input has ended: it no longer holds watermarks back, so merged watermarks may
+    /// grow (queued while other inputs stay open).
+    fn close(&mut self, index: usize) {
+        self.inputs[index] = None;
+        self.held[index] = false;
+        self.ending[index] = false;
+        if self.inputs.iter().all(|i| i.is_none()) {
+            return;
+        }
+        let columns: Vec<usize> = self.watermarks[index].keys().copied().collect();
+        for column in columns {
+            if let Some(w) = self.merged_watermark(column) {
+                self.ready.push_back(Message::Watermark(w));
+            }
+        }
+    }
+
+    /// The pending barrier, once every open input has delivered it: inputs whose barrier
+    /// was final end, and the barrier is final if no input is left.
+    fn release_barrier(&mut self) {
+        let Some(barrier) = self.pending else { return };
+        let all_held = self
+            .inputs
+            .iter()
+            .zip(&self.held)
+            .all(|(input, held)| input.is_none() || *held);
+        if !all_held {
+            return;
+        }
+        self.pending = None;
+        for i in 0..self.inputs.len() {
+            if self.ending[i] {
+                self.close(i);
+            }
+            self.held[i] = false;
+        }
+        // Watermarks the ended inputs unblocked belong after the barrier.
+        let watermarks: Vec<Message> = self.ready.drain(..).collect();
+        let barrier = Barrier {
+            is_final: self.inputs.iter().all(|i| i.is_none()),
+            ..barrier
+        };
+        self.ready.push_back(Message::Barrier(barrier));
+        self.ready.extend(watermarks);
+    }
+
+    /// The next chunk, watermark or aligned barrier; `None` when every input has closed
+    /// without a final barrier (its sender stopped).
     pub async fn next(&mut self) -> Option<Message> {
         loop {
+            if let Some(message) = self.ready.pop_front() {
+                return Some(message);
+            }
             let open = self.inputs.iter().filter(|i| i.is_some()).count();
             if open == 0 {
                 return None;
             }
-            if let Some(barrier) = self.pending {
-                let all_held = self
-                    .inputs
-                    .iter()
-                    .zip(&self.held)
-                    .all(|(input, held)| input.is_none() || *held);
-                if all_held {
-                    self.pending = None;
-                    self.held.iter_mut().for_each(|h| *h = false);
-                    return Some(Message::Barrier(barrier));
-                }
+            self.release_barrier();
+            if !self.ready.is_empty() {
+                continue;
             }
             let (index, message) = poll_fn(|cx| {
                 let n = self.inputs.len();
@@ -120,18 +171,7 @@ impl AlignedInputs {
             })
             .await;
             match message {
-                None => {
-                    self.inputs[index] = None;
-                    // The ended input no longer holds watermarks back.
-                    let columns: Vec<usize> = self.watermarks[index].keys().copied().collect();
-                    for column in columns {
-                        if let Some(w) = self.merged_watermark(column)
-                            && self.inputs.iter().any(|i| i.is_some())
-                        {
-                            return Some(Message::Watermark(w));
-                        }
-                    }
-                }
+                None => self.close(index),
                 Some(Message::Watermark(w)) => {
                     self.watermarks[index].insert(w.column, w.value);
                     if let Some(merged) = self.merged_watermark(w.column) {
@@ -140,7 +180,11 @@ impl AlignedInputs {
                 }
                 Some(Message::Barrier(b)) => {
                     self.held[index] = true;
-                    self.pending = Some(b);
+                    self.ending[index] = b.is_final;
+                    self.pending = Some(Barrier {
+                        is_final: false,
+                        ..b
+                    });
                 }
                 Some(chunk) => return Some(chunk),
             }

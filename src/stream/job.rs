@@ -79,7 +79,8 @@ pub struct JobInfo {
     /// Per subtask of the last fragment: the last barrier epoch it passed on
     /// (`u64::MAX` once it has ended).
     acked: Mutex<Vec<u64>>,
-    /// Barrier inlets: one per connector source subtask.
+    /// Barrier inlets: one per connector source subtask and per change stream subtask
+    /// (which uses them only once its change log has ended).
     injectors: Vec<UnboundedSender<Barrier>>,
     /// Tables the job reads changes from: barriers are injected into their change logs.
     tables: Vec<Arc<StateTable>>,
@@ -169,7 +170,6 @@ impl JobOutput {
 pub struct JobRegistry {
     jobs: Mutex<BTreeMap<String, Arc<JobInfo>>>,
     workers: Workers,
-    epoch: AtomicU64,
     notify: Arc<Notify>,
 }
 
@@ -178,7 +178,6 @@ impl JobRegistry {
         Ok(Self {
             jobs: Mutex::new(BTreeMap::new()),
             workers: Workers::start(workers, slots_per_worker)?,
-            epoch: AtomicU64::new(0),
             notify: Arc::new(Notify::new()),
         })
     }
@@ -199,11 +198,11 @@ impl JobRegistry {
         }
     }
 
-    /// Injects a barrier into every running job and waits until each has passed it to its
-    /// output: every write made before the call is then visible in every view.
-    pub async fn flush(&self) {
-        let epoch = self.epoch.fetch_add(1, Ordering::SeqCst) + 1;
-        let barrier = Barrier { epoch };
+    /// Injects the barrier of `epoch` into every running job and waits until each has
+    /// passed it to its output: every write made before the call is then in every view.
+    /// The checkpoint coordinator calls this, one epoch at a time.
+    pub async fn inject_and_wait(&self, epoch: u64) {
+        let barrier = Barrier::new(epoch);
         let jobs: Vec<Arc<JobInfo>> = self.jobs().into_iter().filter(|j| j.is_running()).collect();
         let mut tables_done = HashSet::new();
         for job in &jobs {
@@ -323,6 +322,8 @@ impl JobRegistry {
                         let (snapshot, receivers) = changes.take().ok_or_else(|| {
                             crate::error::EddyError::internal("a change stream has one subtask")
                         })?;
+                        let (tx, rx) = unbounded_channel();
+                        injectors.push(tx);
                         TaskInput::Merge {
                             snapshot,
                             projection: projection.clone(),
@@ -330,6 +331,7 @@ impl JobRegistry {
                             watermark: watermark
                                 .clone()
                                 .map(super::watermark::WatermarkGenerator::new),
+                            injector: Some(rx),
                         }
                     }
                     FragmentInput::Upstream(_) => TaskInput::Merge {
@@ -337,6 +339,7 @@ impl JobRegistry {
                         projection: None,
                         inputs: AlignedInputs::new(std::mem::take(&mut inputs[f][subtask])),
                         watermark: None,
+                        injector: None,
                     },
                 };
                 let chain = fragment
@@ -349,6 +352,7 @@ impl JobRegistry {
                         JobOutput::View(table) => TaskOutput::Materialize {
                             table: table.clone(),
                             publisher: subtask,
+                            pending: Vec::new(),
                         },
                         JobOutput::Blackhole { rows_per_second } => TaskOutput::Blackhole {
                             throttle: (*rows_per_second > 0.0)

@@ -36,14 +36,21 @@ pub enum TaskInput {
         inputs: AlignedInputs,
         /// For a change log of a table with `WATERMARK FOR`.
         watermark: Option<WatermarkGenerator>,
+        /// For a change log: the coordinator's barriers, which end the stream once the
+        /// log has ended (a view whose job finished). While the log is open its own
+        /// barriers count and these are ignored.
+        injector: Option<UnboundedReceiver<Barrier>>,
     },
 }
 
 pub enum TaskOutput {
     Dispatch(Dispatcher),
+    /// Writes into a view's state table. Changes wait in `pending` until the next
+    /// barrier: a view's state only ever holds whole epochs.
     Materialize {
         table: Arc<StateTable>,
         publisher: usize,
+        pending: Vec<StreamChunk>,
     },
     Blackhole {
         throttle: Option<Throttle>,
@@ -117,13 +124,17 @@ impl Task {
                 projection: None,
                 inputs: AlignedInputs::new(vec![]),
                 watermark: None,
+                injector: None,
             },
         );
         let result = self.run_input(&job, &mut input).await;
         if let Err(e) = result {
             job.fail(e.message.clone());
         }
-        if let TaskOutput::Materialize { table, publisher } = &self.output {
+        if let TaskOutput::Materialize {
+            table, publisher, ..
+        } = &self.output
+        {
             table.changes().end(*publisher);
         }
         if let Some(subtask) = self.terminal_subtask {
@@ -163,9 +174,17 @@ impl Task {
                 projection,
                 inputs,
                 watermark,
+                injector,
             } => {
-                self.run_merge(job, std::mem::take(snapshot), projection, inputs, watermark)
-                    .await
+                self.run_merge(
+                    job,
+                    std::mem::take(snapshot),
+                    projection,
+                    inputs,
+                    watermark,
+                    injector,
+                )
+                .await
             }
         }
     }
@@ -192,7 +211,7 @@ impl Task {
         let mut next = 0usize;
         while !readers.is_empty() {
             while let Ok(barrier) = barriers.try_recv() {
-                if !self.barrier(job, barrier).await {
+                if !self.barrier(job, barrier).await? {
                     return Ok(());
                 }
             }
@@ -235,7 +254,7 @@ impl Task {
                         _ = tokio::time::sleep(due - elapsed) => {}
                         _ = stopped(&mut stop) => return Ok(()),
                         Some(barrier) = barriers.recv() => {
-                            if !self.barrier(job, barrier).await {
+                            if !self.barrier(job, barrier).await? {
                                 return Ok(());
                             }
                         }
@@ -246,7 +265,28 @@ impl Task {
                 tokio::task::yield_now().await;
             }
         }
-        self.finish(job).await
+        // Every split has ended: the stream ends at the next barrier.
+        self.end_at_next_barrier(job, barriers).await
+    }
+
+    /// Waits for the coordinator's next barrier and passes it on as this stream's final
+    /// one (unless the job is stopped first).
+    async fn end_at_next_barrier(
+        &mut self,
+        job: &JobInfo,
+        barriers: &mut UnboundedReceiver<Barrier>,
+    ) -> Result<()> {
+        let mut stop = job.stop_receiver();
+        let idle = Instant::now();
+        let barrier = tokio::select! {
+            b = barriers.recv() => b,
+            _ = stopped(&mut stop) => None,
+        };
+        add_time(&self.info.idle_ns, idle);
+        if let Some(barrier) = barrier {
+            self.barrier(job, barrier.into_final()).await?;
+        }
+        Ok(())
     }
 
     /// Runs a chunk read from a source or a change log through the chain: late rows
@@ -279,13 +319,6 @@ impl Task {
         }
     }
 
-    /// The input has ended: operators release what they held (final watermark).
-    async fn finish(&mut self, job: &JobInfo) -> Result<()> {
-        let outputs = super::operators::finish_chain(&mut self.chain)?;
-        self.emit(job, outputs).await?;
-        Ok(())
-    }
-
     /// Runs a watermark through the chain and passes on what comes out; `Ok(false)` when
     /// downstream is gone.
     async fn watermark(&mut self, job: &JobInfo, watermark: Watermark) -> Result<bool> {
@@ -312,6 +345,7 @@ impl Task {
         projection: &Option<Vec<usize>>,
         inputs: &mut AlignedInputs,
         watermark: &mut Option<WatermarkGenerator>,
+        injector: &mut Option<UnboundedReceiver<Barrier>>,
     ) -> Result<()> {
         let mut stop = job.stop_receiver();
         for chunk in snapshot {
@@ -327,10 +361,20 @@ impl Task {
             let message = tokio::select! {
                 m = inputs.next() => m,
                 _ = stopped(&mut stop) => return Ok(()),
+                // The log's own barriers count while it is open.
+                Some(_) = async { injector.as_mut()?.recv().await } => continue,
             };
             add_time(&self.info.idle_ns, idle);
             match message {
-                None => return self.finish(job).await,
+                // A change log that ended (its view's job finished) ends this stream at
+                // the coordinator's next barrier; closed task channels mean the job
+                // stopped.
+                None => {
+                    return match injector {
+                        Some(barriers) => self.end_at_next_barrier(job, barriers).await,
+                        None => Ok(()),
+                    };
+                }
                 Some(Message::Watermark(w)) => {
                     if !self.watermark(job, w).await? {
                         return Ok(());
@@ -345,7 +389,7 @@ impl Task {
                     }
                 }
                 Some(Message::Barrier(barrier)) => {
-                    if !self.barrier(job, barrier).await {
+                    if !self.barrier(job, barrier).await? {
                         return Ok(());
                     }
                 }
@@ -378,12 +422,7 @@ impl Task {
                         return Ok(false);
                     }
                 }
-                TaskOutput::Materialize { table, publisher } => {
-                    let busy = Instant::now();
-                    table.apply_chunk(*publisher, &chunk)?;
-                    add_time(&self.info.busy_ns, busy);
-                    job.rows_written.fetch_add(rows, Ordering::Relaxed);
-                }
+                TaskOutput::Materialize { pending, .. } => pending.push(chunk),
                 TaskOutput::Blackhole { throttle } => {
                     job.rows_written.fetch_add(rows, Ordering::Relaxed);
                     if let Some(wait) = throttle.as_mut().and_then(|t| t.wait_for(rows)) {
@@ -397,28 +436,46 @@ impl Task {
         Ok(true)
     }
 
-    /// Passes a barrier on (or, at the job's output, acknowledges it).
-    async fn barrier(&mut self, job: &JobInfo, barrier: Barrier) -> bool {
-        match &mut self.output {
+    /// Handles an aligned barrier: at a final one the chain first releases what it holds
+    /// (closing every window); then the view's pending changes are written and the
+    /// barrier is passed on (or, at the job's output, acknowledged). `Ok(false)` when the
+    /// task is done: downstream is gone or the barrier was final.
+    async fn barrier(&mut self, job: &JobInfo, barrier: Barrier) -> Result<bool> {
+        if barrier.is_final {
+            let busy = Instant::now();
+            let outputs = super::operators::finish_chain(&mut self.chain)?;
+            add_time(&self.info.busy_ns, busy);
+            if !self.emit(job, outputs).await? {
+                return Ok(false);
+            }
+        }
+        let delivered = match &mut self.output {
             TaskOutput::Dispatch(dispatcher) => {
                 let waiting = Instant::now();
                 let delivered = dispatcher.broadcast(Message::Barrier(barrier)).await;
                 add_time(&self.info.backpressure_ns, waiting);
                 delivered
             }
-            TaskOutput::Materialize { table, publisher } => {
+            TaskOutput::Materialize {
+                table,
+                publisher,
+                pending,
+            } => {
+                let busy = Instant::now();
+                for chunk in pending.drain(..) {
+                    table.apply_chunk(*publisher, &chunk)?;
+                    job.rows_written
+                        .fetch_add(chunk.num_rows() as u64, Ordering::Relaxed);
+                }
                 table.changes().barrier(*publisher, barrier);
-                if let Some(subtask) = self.terminal_subtask {
-                    job.ack(subtask, barrier.epoch);
-                }
+                add_time(&self.info.busy_ns, busy);
                 true
             }
-            TaskOutput::Blackhole { .. } => {
-                if let Some(subtask) = self.terminal_subtask {
-                    job.ack(subtask, barrier.epoch);
-                }
-                true
-            }
+            TaskOutput::Blackhole { .. } => true,
+        };
+        if let Some(subtask) = self.terminal_subtask {
+            job.ack(subtask, barrier.epoch);
         }
+        Ok(delivered && !barrier.is_final)
     }
 }
