@@ -164,7 +164,7 @@ async fn batch_query(
 ) -> Vec<Vec<String>> {
     let mut batches = Vec::new();
     for split in 0..spec.split_count() {
-        let mut reader = spec.split_reader(split);
+        let mut reader = spec.split_reader(split, 0);
         while let Some(b) = reader.next_batch(4096).unwrap() {
             batches.push(b);
         }

@@ -109,12 +109,13 @@ impl ConnectorSpec {
         }
     }
 
-    /// A reader of one split, from the start.
-    pub fn split_reader(&self, split: usize) -> Box<dyn SplitReader> {
+    /// A reader of one split, from `offset` (rows already read: 0 for the start, or the
+    /// position a checkpoint recorded).
+    pub fn split_reader(&self, split: usize, offset: u64) -> Box<dyn SplitReader> {
         match self {
-            ConnectorSpec::Datagen(s) => Box::new(s.split_reader(split as u32, 0)),
-            ConnectorSpec::Nexmark(s) => Box::new(s.split_reader(split as u32, 0)),
-            ConnectorSpec::File(s) => Box::new(s.split_reader(split as u32, 0)),
+            ConnectorSpec::Datagen(s) => Box::new(s.split_reader(split as u32, offset)),
+            ConnectorSpec::Nexmark(s) => Box::new(s.split_reader(split as u32, offset)),
+            ConnectorSpec::File(s) => Box::new(s.split_reader(split as u32, offset)),
         }
     }
 

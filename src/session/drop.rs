@@ -22,7 +22,10 @@ pub(super) fn drop_relation(engine: &Engine, rel: &Relation, cascade: bool) -> R
 fn drop_one(engine: &Engine, rel: &Relation) -> Result<()> {
     engine.catalog.drop_relation(&rel.name)?;
     match rel.kind {
-        RelationKind::MaterializedView | RelationKind::Sink => engine.jobs.stop(&rel.name),
+        RelationKind::MaterializedView | RelationKind::Sink => {
+            engine.jobs.stop(&rel.name);
+            super::materialized_views::clear_job_state(engine, rel)?;
+        }
         _ => {}
     }
     if matches!(

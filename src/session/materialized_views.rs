@@ -10,7 +10,7 @@ use super::{Engine, Outcome, Session, text_rows};
 use crate::catalog::{Relation, RelationKind};
 use crate::error::{EddyError, Result, sqlstate};
 use crate::stream::graph::{FragmentInput, StreamGraph, Terminal};
-use crate::stream::job::JobOutput;
+use crate::stream::job::{JobOutput, JobStateLocation};
 use crate::stream::planner::{PlanContext, plan_job};
 use datafusion::sql::sqlparser::ast::{self, CreateView};
 
@@ -92,9 +92,16 @@ pub(super) async fn start_job(
     output: JobOutput,
 ) -> Result<()> {
     let provider = engine.schema_provider.clone();
-    engine
-        .jobs
-        .spawn(&rel.name, graph, output, &|r| provider.state_table_for(r))?;
+    engine.jobs.spawn(
+        &rel.name,
+        graph,
+        output,
+        &|r| provider.state_table_for(r),
+        &JobStateLocation {
+            relation_id: rel.id,
+            store: engine.store.clone(),
+        },
+    )?;
     let reads_changes = graph
         .fragments
         .iter()
@@ -203,6 +210,7 @@ pub async fn restart_all(engine: &Engine) -> Result<()> {
     let mut relations = engine.catalog.relations();
     relations.sort_by_key(|r| r.id);
     for rel in relations {
+        clear_job_state(engine, &rel)?;
         let output = match rel.kind {
             RelationKind::MaterializedView => {
                 let table = engine.schema_provider.state_table_for(&rel)?;
@@ -223,4 +231,12 @@ pub async fn restart_all(engine: &Engine) -> Result<()> {
         start_job(engine, &rel, &graph, output).await?;
     }
     Ok(())
+}
+
+/// Deletes a job's internal state (aggregates, source positions): it starts afresh.
+pub(super) fn clear_job_state(engine: &Engine, rel: &Relation) -> Result<()> {
+    let (start, end) = crate::state::operator_state::internal_table_range(rel.id);
+    engine
+        .store
+        .delete_range(&start.to_be_bytes(), &end.to_be_bytes())
 }

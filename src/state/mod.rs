@@ -8,9 +8,11 @@
 
 pub mod changelog;
 pub mod keys;
+pub mod operator_state;
 pub mod state_table;
 pub mod store;
 
 pub use keys::{KeyGroup, MAX_PARALLELISM, key_group_of, stable_hash};
+pub use operator_state::OperatorState;
 pub use state_table::StateTable;
 pub use store::StateStore;

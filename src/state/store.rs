@@ -99,6 +99,13 @@ impl StateStore {
         Ok(())
     }
 
+    /// Deletes every key in `[start, end)`.
+    pub fn delete_range(&self, start: &[u8], end: &[u8]) -> Result<()> {
+        let mut batch = WriteBatch::default();
+        batch.delete_range(start, end);
+        self.write(batch)
+    }
+
     /// Deletes every key starting with `prefix` (dropping a table).
     pub fn delete_prefix(&self, prefix: &[u8]) -> Result<()> {
         let mut end = prefix.to_vec();

@@ -8,12 +8,13 @@
 use super::barrier_align::{AlignedInputs, Input};
 use super::dispatch::{CHANNEL_CAPACITY, Dispatcher};
 use super::graph::{FragmentInput, StreamGraph, Terminal};
-use super::task::{Task, TaskInput, TaskOutput};
+use super::task::{SourcePositions, Task, TaskInput, TaskOutput};
 use super::workers::Workers;
 use super::{Barrier, StreamChunk};
 use crate::catalog::{Relation, RelationKind};
 use crate::error::Result;
-use crate::state::StateTable;
+use crate::state::operator_state::internal_table_id;
+use crate::state::{OperatorState, StateStore, StateTable};
 use parking_lot::Mutex;
 use std::collections::{BTreeMap, HashSet};
 use std::sync::Arc;
@@ -139,6 +140,12 @@ impl JobInfo {
     }
 }
 
+/// Where a job keeps its state: internal tables derived from its relation's id.
+pub struct JobStateLocation {
+    pub relation_id: u32,
+    pub store: Arc<StateStore>,
+}
+
 /// Where a job's rows go.
 pub enum JobOutput {
     /// A materialized view's state table.
@@ -222,13 +229,16 @@ impl JobRegistry {
     }
 
     /// Starts a job: builds its tasks, wires them and places them in slots. `table_of`
-    /// gives the state table of a table or view the job reads changes from.
+    /// gives the state table of a table or view the job reads changes from. The job's
+    /// operators and sources resume from whatever state `state` holds for it (none for a
+    /// new job).
     pub fn spawn(
         &self,
         name: &str,
         graph: &StreamGraph,
         output: JobOutput,
         table_of: &dyn Fn(&Relation) -> Result<Arc<StateTable>>,
+        state: &JobStateLocation,
     ) -> Result<Arc<JobInfo>> {
         let fragments = &graph.fragments;
         let last = fragments.len() - 1;
@@ -273,7 +283,28 @@ impl JobRegistry {
         if let JobOutput::View(table) = &output {
             table.changes().restart(fragments[last].parallelism);
         }
+        // Internal state tables, numbered over the graph: a connector's positions, then
+        // each stateful operator of the chain, fragment by fragment.
+        let mut ordinal: u8 = 0;
+        let mut next_table = || {
+            let id = internal_table_id(state.relation_id, ordinal);
+            ordinal = ordinal.wrapping_add(1);
+            id
+        };
         for (f, fragment) in fragments.iter().enumerate() {
+            let operator_state = |table_id: u32, subtask: usize| {
+                OperatorState::new(table_id, state.store.clone(), subtask, fragment.parallelism)
+            };
+            let source_table =
+                matches!(fragment.input, FragmentInput::Connector { .. }).then(&mut next_table);
+            let positions = match source_table {
+                Some(id) => SourcePositions::load(&operator_state(id, 0))?,
+                None => Default::default(),
+            };
+            let mut op_tables = Vec::new();
+            for spec in &fragment.chain {
+                op_tables.push((spec.build)()?.is_stateful().then(&mut next_table));
+            }
             let mut changes: Option<(Vec<StreamChunk>, Vec<Input>)> = match &fragment.input {
                 FragmentInput::Changes { relation, .. } => {
                     let table = table_of(relation)?;
@@ -297,10 +328,26 @@ impl JobRegistry {
                         watermark,
                         ..
                     } => {
-                        let readers = (0..spec.split_count())
+                        let splits: Vec<usize> = (0..spec.split_count())
                             .filter(|s| s % fragment.parallelism == subtask)
-                            .map(|s| spec.split_reader(s))
+                            .collect();
+                        let readers = splits
+                            .iter()
+                            .map(|s| {
+                                let offset = positions.get(s).map(|p| p.0).unwrap_or(0);
+                                (*s, spec.split_reader(*s, offset))
+                            })
                             .collect::<Vec<_>>();
+                        let mut generator = watermark
+                            .clone()
+                            .map(super::watermark::WatermarkGenerator::new);
+                        if let Some(generator) = &mut generator {
+                            for s in &splits {
+                                if let Some((_, Some(w))) = positions.get(s) {
+                                    generator.restore(w)?;
+                                }
+                            }
+                        }
                         let share = readers.len() as f64 / spec.split_count().max(1) as f64;
                         let (tx, rx) = unbounded_channel();
                         injectors.push(tx);
@@ -309,9 +356,7 @@ impl JobRegistry {
                             projection: projection.clone(),
                             rows_per_second: spec.rows_per_second() as f64 * share,
                             barriers: rx,
-                            watermark: watermark
-                                .clone()
-                                .map(super::watermark::WatermarkGenerator::new),
+                            watermark: generator,
                         }
                     }
                     FragmentInput::Changes {
@@ -401,6 +446,12 @@ impl JobRegistry {
                     Task {
                         info,
                         input,
+                        states: op_tables
+                            .iter()
+                            .map(|t| t.map(|id| operator_state(id, subtask)))
+                            .collect(),
+                        positions: source_table
+                            .map(|id| SourcePositions::new(operator_state(id, subtask))),
                         chain,
                         output: task_output,
                         terminal_subtask: (f == last).then_some(subtask),

@@ -9,7 +9,8 @@ use super::watermark::WatermarkGenerator;
 use super::{Barrier, Message, StreamChunk, Watermark};
 use crate::connectors::SplitReader;
 use crate::error::Result;
-use crate::state::StateTable;
+use crate::state::{OperatorState, StateTable};
+use rocksdb::WriteBatch;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
@@ -22,7 +23,8 @@ const SOURCE_BATCH_ROWS: usize = 1024;
 pub enum TaskInput {
     /// Reads connector splits; barriers arrive on their own channel.
     Connector {
-        readers: Vec<Box<dyn SplitReader>>,
+        /// The splits this subtask reads, by split index.
+        readers: Vec<(usize, Box<dyn SplitReader>)>,
         projection: Option<Vec<usize>>,
         /// This subtask's share of the source's rate (0: as fast as possible).
         rows_per_second: f64,
@@ -83,10 +85,83 @@ impl Throttle {
     }
 }
 
+/// Where a source subtask records its splits' positions (and watermark) at barriers.
+pub struct SourcePositions {
+    pub state: OperatorState,
+    /// Per split: the encoded position staged for the next barrier's write.
+    staged: Vec<(usize, Vec<u8>)>,
+    /// Splits that have ended, with their final offsets.
+    ended: Vec<(usize, u64)>,
+}
+
+impl SourcePositions {
+    pub fn new(state: OperatorState) -> Self {
+        Self {
+            state,
+            staged: vec![],
+            ended: vec![],
+        }
+    }
+
+    /// The recorded offset and watermark of each split (a job restarting from a
+    /// checkpoint; none for a new job).
+    pub fn load(
+        state: &OperatorState,
+    ) -> Result<std::collections::HashMap<usize, (u64, Option<Vec<u8>>)>> {
+        let mut positions = std::collections::HashMap::new();
+        state.scan_unkeyed(|k, v| {
+            if k.len() == 4 && v.len() >= 8 {
+                let split = u32::from_be_bytes(k.try_into().expect("length checked")) as usize;
+                let offset = u64::from_le_bytes(v[..8].try_into().expect("length checked"));
+                let watermark = (v.len() > 8).then(|| v[8..].to_vec());
+                positions.insert(split, (offset, watermark));
+            }
+            Ok(())
+        })?;
+        Ok(positions)
+    }
+
+    /// Stages every split's current position for the next write.
+    fn stage(
+        &mut self,
+        readers: &[(usize, Box<dyn SplitReader>)],
+        watermark: &Option<WatermarkGenerator>,
+    ) -> Result<()> {
+        let watermark = match watermark {
+            Some(g) => g.encode()?,
+            None => None,
+        };
+        self.staged.clear();
+        let offsets = readers
+            .iter()
+            .map(|(split, r)| (*split, r.offset()))
+            .chain(self.ended.iter().copied());
+        for (split, offset) in offsets {
+            let mut value = offset.to_le_bytes().to_vec();
+            if let Some(w) = &watermark {
+                value.extend_from_slice(w);
+            }
+            self.staged.push((split, value));
+        }
+        Ok(())
+    }
+
+    fn write(&mut self, batch: &mut WriteBatch) {
+        for (split, value) in self.staged.drain(..) {
+            self.state
+                .put_unkeyed(batch, &(split as u32).to_be_bytes(), &value);
+        }
+    }
+}
+
 pub struct Task {
     pub info: Arc<TaskInfo>,
     pub input: TaskInput,
     pub chain: Vec<Box<dyn Operator>>,
+    /// The internal state table of each operator of the chain that keeps state.
+    pub states: Vec<Option<OperatorState>>,
+    /// For a connector subtask: where its splits' positions go.
+    pub positions: Option<SourcePositions>,
     pub output: TaskOutput,
     /// Set for subtasks of the job's last fragment: they acknowledge barriers.
     pub terminal_subtask: Option<usize>,
@@ -147,6 +222,12 @@ impl Task {
     }
 
     async fn run_input(&mut self, job: &JobInfo, input: &mut TaskInput) -> Result<()> {
+        // State from the last checkpoint, if the job had any.
+        for (op, state) in self.chain.iter_mut().zip(&self.states) {
+            if let Some(state) = state {
+                op.restore(state)?;
+            }
+        }
         let initial = super::operators::initial_output(&mut self.chain)?;
         if !self.emit(job, initial).await? {
             return Ok(());
@@ -192,7 +273,7 @@ impl Task {
     async fn run_connector(
         &mut self,
         job: &JobInfo,
-        readers: &mut Vec<Box<dyn SplitReader>>,
+        readers: &mut Vec<(usize, Box<dyn SplitReader>)>,
         projection: &Option<Vec<usize>>,
         rows_per_second: f64,
         barriers: &mut UnboundedReceiver<Barrier>,
@@ -211,6 +292,7 @@ impl Task {
         let mut next = 0usize;
         while !readers.is_empty() {
             while let Ok(barrier) = barriers.try_recv() {
+                self.stage_positions(readers, watermark)?;
                 if !self.barrier(job, barrier).await? {
                     return Ok(());
                 }
@@ -220,12 +302,17 @@ impl Task {
             }
             let busy = Instant::now();
             next %= readers.len();
-            let Some(batch) = readers[next].next_batch(batch_rows)? else {
-                malformed_ended += readers.remove(next).malformed();
+            let Some(batch) = readers[next].1.next_batch(batch_rows)? else {
+                let (split, reader) = readers.remove(next);
+                malformed_ended += reader.malformed();
+                if let Some(p) = &mut self.positions {
+                    p.ended.push((split, reader.offset()));
+                }
                 continue;
             };
             next += 1;
-            let malformed = malformed_ended + readers.iter().map(|r| r.malformed()).sum::<u64>();
+            let malformed =
+                malformed_ended + readers.iter().map(|(_, r)| r.malformed()).sum::<u64>();
             job.malformed_rows
                 .fetch_add(malformed - malformed_reported, Ordering::Relaxed);
             malformed_reported = malformed;
@@ -254,6 +341,7 @@ impl Task {
                         _ = tokio::time::sleep(due - elapsed) => {}
                         _ = stopped(&mut stop) => return Ok(()),
                         Some(barrier) = barriers.recv() => {
+                            self.stage_positions(readers, watermark)?;
                             if !self.barrier(job, barrier).await? {
                                 return Ok(());
                             }
@@ -266,7 +354,41 @@ impl Task {
             }
         }
         // Every split has ended: the stream ends at the next barrier.
+        self.stage_positions(readers, watermark)?;
         self.end_at_next_barrier(job, barriers).await
+    }
+
+    /// Stages the splits' positions for the barrier about to be handled.
+    fn stage_positions(
+        &mut self,
+        readers: &[(usize, Box<dyn SplitReader>)],
+        watermark: &Option<WatermarkGenerator>,
+    ) -> Result<()> {
+        match &mut self.positions {
+            Some(p) => p.stage(readers, watermark),
+            None => Ok(()),
+        }
+    }
+
+    /// Writes the state of the epoch the barrier closes: every stateful operator's
+    /// changes and the source positions, in one atomic write.
+    fn write_state(&mut self) -> Result<()> {
+        let mut batch = WriteBatch::default();
+        let mut store = None;
+        for (op, state) in self.chain.iter_mut().zip(&self.states) {
+            if let Some(state) = state {
+                op.checkpoint(state, &mut batch)?;
+                store = Some(state.store().clone());
+            }
+        }
+        if let Some(p) = &mut self.positions {
+            p.write(&mut batch);
+            store = Some(p.state.store().clone());
+        }
+        match store {
+            Some(store) if !batch.is_empty() => store.write(batch),
+            _ => Ok(()),
+        }
     }
 
     /// Waits for the coordinator's next barrier and passes it on as this stream's final
@@ -449,6 +571,9 @@ impl Task {
                 return Ok(false);
             }
         }
+        let busy = Instant::now();
+        self.write_state()?;
+        add_time(&self.info.busy_ns, busy);
         let delivered = match &mut self.output {
             TaskOutput::Dispatch(dispatcher) => {
                 let waiting = Instant::now();

@@ -11,6 +11,7 @@ use super::Watermark;
 use crate::error::Result;
 use arrow::array::{Array, AsArray, RecordBatch, new_null_array};
 use arrow::datatypes::SchemaRef;
+use arrow::row::{RowConverter, SortField};
 use datafusion::common::{DFSchema, ScalarValue};
 use datafusion::logical_expr::{Expr, Operator as BinaryOp};
 use datafusion::physical_expr::PhysicalExpr;
@@ -213,5 +214,45 @@ impl WatermarkGenerator {
             });
         }
         Ok((chunk, late, out))
+    }
+
+    /// The current watermark as bytes (its type, then its value in arrow-row form), for
+    /// a source split's checkpointed position.
+    pub fn encode(&self) -> Result<Option<Vec<u8>>> {
+        let Some(current) = &self.current else {
+            return Ok(None);
+        };
+        let data_type = current.data_type();
+        let codec = RowConverter::new(vec![SortField::new(data_type.clone())])?;
+        let rows = codec.convert_columns(&[current.to_array_of_size(1)?])?;
+        let mut out = data_type.to_string().into_bytes();
+        out.push(0);
+        out.extend_from_slice(rows.row(0).as_ref());
+        Ok(Some(out))
+    }
+
+    /// Resumes from a checkpointed watermark (the smallest, when several splits' are
+    /// merged into this subtask).
+    pub fn restore(&mut self, encoded: &[u8]) -> Result<()> {
+        let Some(split) = encoded.iter().position(|b| *b == 0) else {
+            return Err(crate::error::EddyError::internal(
+                "malformed checkpointed watermark",
+            ));
+        };
+        let type_name = std::str::from_utf8(&encoded[..split])
+            .map_err(|_| crate::error::EddyError::internal("malformed checkpointed watermark"))?;
+        let data_type: arrow::datatypes::DataType = type_name.parse()?;
+        let codec = RowConverter::new(vec![SortField::new(data_type)])?;
+        let parser = codec.parser();
+        let columns = codec.convert_rows([parser.parse(&encoded[split + 1..])])?;
+        let value = ScalarValue::try_from_array(&columns[0], 0)?;
+        if self
+            .current
+            .as_ref()
+            .is_none_or(|c| value.partial_cmp(c) == Some(std::cmp::Ordering::Less))
+        {
+            self.current = Some(value);
+        }
+        Ok(())
     }
 }

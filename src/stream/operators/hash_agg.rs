@@ -15,6 +15,7 @@ use super::filter::mask;
 use super::project::Project;
 use super::{Operator, WatermarkOutput};
 use crate::error::{EddyError, Result};
+use crate::state::OperatorState;
 use crate::stream::{Op, StreamChunk, Watermark};
 use arrow::array::{Array, ArrayRef, AsArray, Float64Array, Int64Array, RecordBatch};
 use arrow::compute::cast;
@@ -22,6 +23,7 @@ use arrow::datatypes::{DataType, Float64Type, Int64Type, SchemaRef};
 use arrow::row::{RowConverter, SortField};
 use datafusion::common::ScalarValue;
 use datafusion::physical_expr::PhysicalExpr;
+use rocksdb::WriteBatch;
 use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
 
@@ -103,6 +105,13 @@ pub struct HashAgg {
     /// watermark on the column is one on the key.
     watermark_keys: Vec<(usize, usize)>,
     window_close: Option<WindowClose>,
+    /// Groups changed since the last barrier (a group may appear twice).
+    dirty: Vec<usize>,
+    is_dirty: Vec<bool>,
+    /// Keys of groups forgotten since the last barrier (closed windows).
+    forgotten: Vec<Box<[u8]>>,
+    /// State was loaded from a checkpoint: the global row is already in the output.
+    restored: bool,
 }
 
 /// `EMIT ON WINDOW CLOSE`: groups are held back until the watermark passes their window
@@ -196,6 +205,10 @@ impl HashAgg {
             group_types,
             watermark_keys,
             window_close: None,
+            dirty: vec![],
+            is_dirty: vec![],
+            forgotten: vec![],
+            restored: false,
         })
     }
 
@@ -216,6 +229,7 @@ impl HashAgg {
             self.group_rows[g] = row;
             self.row_counts[g] = 0;
             self.visible[g] = false;
+            self.is_dirty[g] = false;
             for s in &mut self.states {
                 match s {
                     AggState::Count(v) => v[g] = 0,
@@ -235,6 +249,7 @@ impl HashAgg {
         self.group_rows.push(row);
         self.row_counts.push(0);
         self.visible.push(false);
+        self.is_dirty.push(false);
         for s in &mut self.states {
             match s {
                 AggState::Count(v) => v.push(0),
@@ -325,6 +340,7 @@ impl HashAgg {
         }
         for g in &groups {
             self.groups.remove(&self.group_rows[*g]);
+            self.forgotten.push(self.group_rows[*g].clone());
             self.free.push(*g);
         }
         let batch =
@@ -340,6 +356,7 @@ impl HashAgg {
     fn update(&mut self, batch: &RecordBatch, ids: &[usize], signs: &[i64]) -> Result<()> {
         for (g, sign) in ids.iter().zip(signs) {
             self.row_counts[*g] += sign;
+            self.mark_dirty(*g);
         }
         for (call, state) in self.calls.iter().zip(self.states.iter_mut()) {
             let arg = match &call.arg {
@@ -548,6 +565,83 @@ impl Operator for HashAgg {
         "HashAgg"
     }
 
+    fn is_stateful(&self) -> bool {
+        true
+    }
+
+    /// Writes every changed group's state (deleting groups with no rows and forgotten
+    /// windows) and, with `EMIT ON WINDOW CLOSE`, where windows are closed.
+    fn checkpoint(&mut self, state: &OperatorState, batch: &mut WriteBatch) -> Result<()> {
+        for key in self.forgotten.drain(..) {
+            state.put_keyed(batch, &key, None);
+        }
+        let mut value = Vec::new();
+        for g in std::mem::take(&mut self.dirty) {
+            if !self.is_dirty[g] {
+                continue;
+            }
+            self.is_dirty[g] = false;
+            let key = &self.group_rows[g];
+            if self.groups.get(key) != Some(&g) {
+                continue; // forgotten after it changed
+            }
+            if self.exists(g) {
+                self.encode_group(g, &mut value);
+                state.put_keyed(batch, key, Some(&value));
+            } else {
+                state.put_keyed(batch, key, None);
+            }
+        }
+        if let Some(closed_below) = self
+            .window_close
+            .as_ref()
+            .and_then(|w| w.closed_below.as_ref())
+        {
+            state.put_unkeyed(batch, CLOSED_BELOW_KEY, closed_below);
+        }
+        Ok(())
+    }
+
+    fn restore(&mut self, state: &OperatorState) -> Result<()> {
+        let mut entries: Vec<(Box<[u8]>, Vec<u8>)> = Vec::new();
+        state.scan_owned(|k, v| {
+            entries.push((k.into(), v.to_vec()));
+            Ok(())
+        })?;
+        let mut closed_below: Option<Vec<u8>> = None;
+        state.scan_unkeyed(|k, v| {
+            if k == CLOSED_BELOW_KEY && closed_below.as_deref().is_none_or(|c| c < v) {
+                closed_below = Some(v.to_vec());
+            }
+            Ok(())
+        })?;
+        self.restored = !entries.is_empty();
+        let mut ids = Vec::with_capacity(entries.len());
+        for (key, value) in &entries {
+            let g = self.new_group(key.clone());
+            self.groups.insert(key.clone(), g);
+            self.decode_group(g, value)?;
+            ids.push(g);
+        }
+        if let Some(w) = &mut self.window_close {
+            w.closed_below = closed_below;
+            if !entries.is_empty() {
+                let parser = self.key_codec.parser();
+                let keys = self
+                    .key_codec
+                    .convert_rows(entries.iter().map(|(k, _)| parser.parse(k)))?;
+                let windows = w.codec.convert_columns(&[keys[w.key].clone()])?;
+                for (i, g) in ids.iter().enumerate() {
+                    w.open
+                        .entry(windows.row(i).as_ref().to_vec())
+                        .or_default()
+                        .push(*g);
+                }
+            }
+        }
+        Ok(())
+    }
+
     /// A watermark on a group key column: with `EMIT ON WINDOW CLOSE` on that key, the
     /// windows below it close; the key's output column gets the watermark.
     fn on_watermark(&mut self, watermark: Watermark) -> Result<WatermarkOutput> {
@@ -601,7 +695,7 @@ impl Operator for HashAgg {
 
     /// A global aggregate has a row before any input (`count(*)` of nothing is 0).
     fn initial_output(&mut self) -> Result<Vec<StreamChunk>> {
-        if !self.global {
+        if !self.global || self.restored {
             return Ok(vec![]);
         }
         // The global group's key is a constant: evaluate it over one empty row.
@@ -611,6 +705,7 @@ impl Operator for HashAgg {
             &arrow::array::RecordBatchOptions::new().with_row_count(Some(1)),
         )?;
         let ids = self.group_ids(&one_row)?;
+        self.mark_dirty(ids[0]);
         let (no_rows, _) = self.output_rows(&[])?;
         self.emit_changes(&ids, &no_rows, &HashMap::new())
     }
@@ -651,6 +746,101 @@ impl Operator for HashAgg {
             .collect();
         self.update(&chunk.batch, &ids, &signs)?;
         self.emit_changes(&touched, &old_batch, &old_rows)
+    }
+}
+
+/// The unkeyed state entry holding the `EMIT ON WINDOW CLOSE` closed-below mark.
+const CLOSED_BELOW_KEY: &[u8] = b"closed_below";
+
+/// Reads little-endian numbers back from a group's encoded state.
+struct StateReader<'a>(&'a [u8]);
+
+impl StateReader<'_> {
+    fn take<const N: usize>(&mut self) -> Result<[u8; N]> {
+        if self.0.len() < N {
+            return Err(EddyError::internal("truncated aggregate state"));
+        }
+        let (head, rest) = self.0.split_at(N);
+        self.0 = rest;
+        Ok(head.try_into().expect("length checked"))
+    }
+    fn i64(&mut self) -> Result<i64> {
+        Ok(i64::from_le_bytes(self.take()?))
+    }
+    fn bytes(&mut self) -> Result<&[u8]> {
+        let len = u32::from_le_bytes(self.take()?) as usize;
+        if self.0.len() < len {
+            return Err(EddyError::internal("truncated aggregate state"));
+        }
+        let (head, rest) = self.0.split_at(len);
+        self.0 = rest;
+        Ok(head)
+    }
+}
+
+impl HashAgg {
+    fn mark_dirty(&mut self, g: usize) {
+        if !self.is_dirty[g] {
+            self.is_dirty[g] = true;
+            self.dirty.push(g);
+        }
+    }
+
+    /// A group's state as bytes: its row count, whether its row is shown, then each
+    /// call's state (counts, sums, or the counted values).
+    fn encode_group(&self, g: usize, out: &mut Vec<u8>) {
+        out.clear();
+        out.extend_from_slice(&self.row_counts[g].to_le_bytes());
+        out.push(self.visible[g] as u8);
+        for state in &self.states {
+            match state {
+                AggState::Count(c) => out.extend_from_slice(&c[g].to_le_bytes()),
+                AggState::IntSum(s, n) => {
+                    out.extend_from_slice(&s[g].to_le_bytes());
+                    out.extend_from_slice(&n[g].to_le_bytes());
+                }
+                AggState::FloatSum(s, n) => {
+                    out.extend_from_slice(&s[g].to_le_bytes());
+                    out.extend_from_slice(&n[g].to_le_bytes());
+                }
+                AggState::Values { counts, .. } => {
+                    out.extend_from_slice(&(counts[g].len() as u32).to_le_bytes());
+                    for (value, count) in &counts[g] {
+                        out.extend_from_slice(&(value.len() as u32).to_le_bytes());
+                        out.extend_from_slice(value);
+                        out.extend_from_slice(&count.to_le_bytes());
+                    }
+                }
+            }
+        }
+    }
+
+    fn decode_group(&mut self, g: usize, bytes: &[u8]) -> Result<()> {
+        let mut r = StateReader(bytes);
+        self.row_counts[g] = r.i64()?;
+        self.visible[g] = r.take::<1>()?[0] != 0;
+        for state in &mut self.states {
+            match state {
+                AggState::Count(c) => c[g] = r.i64()?,
+                AggState::IntSum(s, n) => {
+                    s[g] = i128::from_le_bytes(r.take()?);
+                    n[g] = r.i64()?;
+                }
+                AggState::FloatSum(s, n) => {
+                    s[g] = f64::from_le_bytes(r.take()?);
+                    n[g] = r.i64()?;
+                }
+                AggState::Values { counts, .. } => {
+                    let len = u32::from_le_bytes(r.take()?);
+                    for _ in 0..len {
+                        let value = r.bytes()?.to_vec();
+                        let count = r.i64()?;
+                        counts[g].insert(value, count);
+                    }
+                }
+            }
+        }
+        Ok(())
     }
 }
 

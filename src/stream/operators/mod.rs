@@ -9,6 +9,8 @@ pub mod unnest;
 
 use super::{StreamChunk, Watermark};
 use crate::error::Result;
+use crate::state::OperatorState;
+use rocksdb::WriteBatch;
 
 pub trait Operator: Send {
     /// A short name for `EXPLAIN` and the tasks table.
@@ -32,6 +34,23 @@ pub trait Operator: Send {
     /// The input has ended for good (a final watermark): rows still held back.
     fn finish(&mut self) -> Result<Vec<StreamChunk>> {
         Ok(vec![])
+    }
+
+    /// Whether the operator keeps state that must survive a restart: it then gets an
+    /// internal state table and the two calls below.
+    fn is_stateful(&self) -> bool {
+        false
+    }
+
+    /// A barrier passes: writes the state changed since the last one into `batch`.
+    fn checkpoint(&mut self, _state: &OperatorState, _batch: &mut WriteBatch) -> Result<()> {
+        Ok(())
+    }
+
+    /// Before any input, when the job restarts from a checkpoint: loads the state of the
+    /// key groups this subtask owns.
+    fn restore(&mut self, _state: &OperatorState) -> Result<()> {
+        Ok(())
     }
 }
 

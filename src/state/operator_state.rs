@@ -1,0 +1,102 @@
+//! [`OperatorState`]: the slice of a job's internal state table one subtask owns.
+//!
+//! Stateful operators (aggregates) and source subtasks (split positions) keep their state
+//! in internal tables, one per stateful operator of a job, with ids derived from the
+//! job's relation id ([`internal_table_id`]). Keys follow the usual layout
+//! `table_id | key_group | key`; a subtask of parallelism `p` owns the key groups `g` with
+//! `g * p / 256 == subtask` — the same ranges the hash exchange routes by, so a job
+//! restarted at another parallelism finds each key's state in the subtask its rows now
+//! reach. State that belongs to no key (a window operator's closed-below mark, a source
+//! split's position) goes to the reserved group [`UNKEYED_GROUP`], which every subtask
+//! reads whole.
+//!
+//! Writes are collected into a `WriteBatch` when a barrier passes; nothing is written in
+//! between, so the store only ever holds whole epochs of operator state.
+
+use super::keys::{KEY_PREFIX_LEN, KeyGroup, MAX_PARALLELISM, encode_state_key, key_group_of};
+use super::store::StateStore;
+use crate::error::Result;
+use rocksdb::WriteBatch;
+use std::sync::Arc;
+
+/// Internal table ids have this bit set; user relations never do.
+pub const INTERNAL_TABLE_BIT: u32 = 0x8000_0000;
+/// The key group of state that belongs to no key.
+pub const UNKEYED_GROUP: KeyGroup = 0xffff;
+
+/// The id of the internal table of a job's `ordinal`-th stateful operator (sources
+/// first, in fragment order). Relation ids stay far below 2^23.
+pub fn internal_table_id(relation_id: u32, ordinal: u8) -> u32 {
+    INTERNAL_TABLE_BIT | (relation_id << 8) | ordinal as u32
+}
+
+/// The range of table ids `[start, end)` of a job's internal tables.
+pub fn internal_table_range(relation_id: u32) -> (u32, u32) {
+    (
+        internal_table_id(relation_id, 0),
+        internal_table_id(relation_id + 1, 0),
+    )
+}
+
+#[derive(Clone)]
+pub struct OperatorState {
+    table_id: u32,
+    store: Arc<StateStore>,
+    subtask: usize,
+    parallelism: usize,
+}
+
+impl OperatorState {
+    pub fn new(table_id: u32, store: Arc<StateStore>, subtask: usize, parallelism: usize) -> Self {
+        Self {
+            table_id,
+            store,
+            subtask,
+            parallelism,
+        }
+    }
+
+    pub fn store(&self) -> &Arc<StateStore> {
+        &self.store
+    }
+
+    /// Puts (or with `None`, deletes) the state of a key.
+    pub fn put_keyed(&self, batch: &mut WriteBatch, key: &[u8], value: Option<&[u8]>) {
+        let mut state_key = Vec::new();
+        encode_state_key(self.table_id, key_group_of(key), key, &mut state_key);
+        match value {
+            Some(v) => batch.put(&state_key, v),
+            None => batch.delete(&state_key),
+        }
+    }
+
+    /// Puts state that belongs to no key.
+    pub fn put_unkeyed(&self, batch: &mut WriteBatch, key: &[u8], value: &[u8]) {
+        let mut state_key = Vec::new();
+        encode_state_key(self.table_id, UNKEYED_GROUP, key, &mut state_key);
+        batch.put(&state_key, value);
+    }
+
+    /// Visits the keyed state of every key group this subtask owns (keys without the
+    /// table and key-group prefix).
+    pub fn scan_owned(&self, mut visit: impl FnMut(&[u8], &[u8]) -> Result<()>) -> Result<()> {
+        for group in 0..MAX_PARALLELISM {
+            if group as usize * self.parallelism / MAX_PARALLELISM as usize != self.subtask {
+                continue;
+            }
+            let mut prefix = Vec::new();
+            encode_state_key(self.table_id, group, &[], &mut prefix);
+            self.store
+                .scan_prefix(&prefix, |k, v| visit(&k[KEY_PREFIX_LEN..], v))?;
+        }
+        Ok(())
+    }
+
+    /// Visits all unkeyed state (every subtask's).
+    pub fn scan_unkeyed(&self, mut visit: impl FnMut(&[u8], &[u8]) -> Result<()>) -> Result<()> {
+        let mut prefix = Vec::new();
+        encode_state_key(self.table_id, UNKEYED_GROUP, &[], &mut prefix);
+        self.store
+            .scan_prefix(&prefix, |k, v| visit(&k[KEY_PREFIX_LEN..], v))
+    }
+}
