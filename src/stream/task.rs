@@ -85,6 +85,9 @@ impl Throttle {
     }
 }
 
+/// Per split index: the recorded offset and encoded watermark.
+pub type SplitPositions = std::collections::HashMap<usize, (u64, Option<Vec<u8>>)>;
+
 /// Where a source subtask records its splits' positions (and watermark) at barriers.
 pub struct SourcePositions {
     pub state: OperatorState,
@@ -105,9 +108,7 @@ impl SourcePositions {
 
     /// The recorded offset and watermark of each split (a job restarting from a
     /// checkpoint; none for a new job).
-    pub fn load(
-        state: &OperatorState,
-    ) -> Result<std::collections::HashMap<usize, (u64, Option<Vec<u8>>)>> {
+    pub fn load(state: &OperatorState) -> Result<SplitPositions> {
         let mut positions = std::collections::HashMap::new();
         state.scan_unkeyed(|k, v| {
             if k.len() == 4 && v.len() >= 8 {
