@@ -40,6 +40,25 @@ pub struct Cli {
     /// barrier_interval_ms` changes it while running).
     #[arg(long, env = "EDDY_BARRIER_INTERVAL_MS")]
     pub barrier_interval_ms: Option<u64>,
+    /// Where checkpoints go: a local directory (default `<data-dir>/checkpoints`) or
+    /// `s3://bucket/prefix`.
+    #[arg(long, env = "EDDY_STATE_STORE")]
+    pub state_store: Option<String>,
+    /// S3 endpoint (an S3-compatible server); otherwise `AWS_ENDPOINT_URL` or AWS's.
+    #[arg(long, env = "EDDY_S3_ENDPOINT")]
+    pub s3_endpoint: Option<String>,
+    /// S3 region; otherwise `AWS_REGION` or `us-east-1`.
+    #[arg(long, env = "EDDY_S3_REGION")]
+    pub s3_region: Option<String>,
+    /// S3 access key id; otherwise `AWS_ACCESS_KEY_ID`.
+    #[arg(long, env = "EDDY_S3_ACCESS_KEY_ID")]
+    pub s3_access_key_id: Option<String>,
+    /// S3 secret access key; otherwise `AWS_SECRET_ACCESS_KEY`.
+    #[arg(long, env = "EDDY_S3_SECRET_ACCESS_KEY", hide_env_values = true)]
+    pub s3_secret_access_key: Option<String>,
+    /// How many committed checkpoints to keep in the state store (default 3).
+    #[arg(long, env = "EDDY_CHECKPOINTS_TO_KEEP")]
+    pub checkpoints_to_keep: Option<usize>,
     /// How clients authenticate.
     #[arg(long, env = "EDDY_AUTH", value_enum)]
     pub auth: Option<AuthMode>,
@@ -47,7 +66,8 @@ pub struct Cli {
     #[arg(long, env = "EDDY_ROOT_PASSWORD", hide_env_values = true)]
     pub root_password: Option<String>,
     /// A TOML file with any of the settings above (keys: listen, data_dir, workers,
-    /// slots_per_worker, barrier_interval_ms, auth).
+    /// slots_per_worker, barrier_interval_ms, state_store, s3_endpoint, s3_region,
+    /// checkpoints_to_keep, auth).
     #[arg(long, env = "EDDY_CONFIG")]
     pub config: Option<PathBuf>,
 }
@@ -61,6 +81,10 @@ struct FileConfig {
     workers: Option<usize>,
     slots_per_worker: Option<usize>,
     barrier_interval_ms: Option<u64>,
+    state_store: Option<String>,
+    s3_endpoint: Option<String>,
+    s3_region: Option<String>,
+    checkpoints_to_keep: Option<usize>,
     auth: Option<AuthMode>,
 }
 
@@ -72,10 +96,24 @@ pub struct Config {
     pub workers: usize,
     pub slots_per_worker: usize,
     pub barrier_interval_ms: u64,
+    /// Where checkpoints go: `None` for `<data-dir>/checkpoints`.
+    pub state_store: Option<String>,
+    pub s3: S3Options,
+    pub checkpoints_to_keep: usize,
     pub auth: AuthMode,
     pub root_password: Option<String>,
 }
 
+/// How to reach an S3 state store; unset fields come from the usual AWS variables.
+#[derive(Debug, Clone, Default)]
+pub struct S3Options {
+    pub endpoint: Option<String>,
+    pub region: Option<String>,
+    pub access_key_id: Option<String>,
+    pub secret_access_key: Option<String>,
+}
+
+pub const DEFAULT_CHECKPOINTS_TO_KEEP: usize = 3;
 pub const DEFAULT_LISTEN: &str = "127.0.0.1:4566";
 pub const DEFAULT_DATA_DIR: &str = "./eddy-data";
 pub const DEFAULT_SLOTS_PER_WORKER: usize = 4;
@@ -117,6 +155,18 @@ impl Config {
                 .or(file.barrier_interval_ms)
                 .unwrap_or(crate::checkpoint::coordinator::DEFAULT_BARRIER_INTERVAL_MS)
                 .max(1),
+            state_store: cli.state_store.or(file.state_store),
+            s3: S3Options {
+                endpoint: cli.s3_endpoint.or(file.s3_endpoint),
+                region: cli.s3_region.or(file.s3_region),
+                access_key_id: cli.s3_access_key_id,
+                secret_access_key: cli.s3_secret_access_key,
+            },
+            checkpoints_to_keep: cli
+                .checkpoints_to_keep
+                .or(file.checkpoints_to_keep)
+                .unwrap_or(DEFAULT_CHECKPOINTS_TO_KEEP)
+                .max(1),
             auth: cli.auth.or(file.auth).unwrap_or(AuthMode::Trust),
             root_password: cli.root_password,
         })
@@ -130,6 +180,9 @@ impl Config {
             workers: 2,
             slots_per_worker: DEFAULT_SLOTS_PER_WORKER,
             barrier_interval_ms: crate::checkpoint::coordinator::DEFAULT_BARRIER_INTERVAL_MS,
+            state_store: None,
+            s3: S3Options::default(),
+            checkpoints_to_keep: DEFAULT_CHECKPOINTS_TO_KEEP,
             auth: AuthMode::Trust,
             root_password: None,
         }

@@ -1,27 +1,117 @@
-//! [`Coordinator`]: barrier rounds, one epoch at a time, on a timer and on `FLUSH`.
+//! [`Coordinator`]: barrier rounds, one epoch at a time, each ending in a checkpoint.
+//!
+//! A round injects epoch *e* into every job and waits until every job has passed it;
+//! tasks write their state only when a barrier passes, so the state store then holds
+//! exactly epoch *e*. RocksDB makes a consistent checkpoint of it into a local staging
+//! directory (hard links, fast) before the next barrier may be injected. The uploader
+//! sends the checkpoint's new files to the object store in the background, then its
+//! manifest: from that moment epoch *e* is committed. If the uploader falls behind, it
+//! skips to the newest checkpoint; one that cannot be uploaded is not committed, and the
+//! jobs go on regardless.
 
+use super::manifest::{CheckpointFile, Manifest};
+use super::storage::CheckpointStorage;
+use crate::catalog::Catalog;
+use crate::error::Result;
+use crate::state::StateStore;
 use crate::stream::job::JobRegistry;
-use std::sync::Arc;
+use bytes::Bytes;
+use parking_lot::Mutex;
+use std::collections::{BTreeMap, HashSet, VecDeque};
+use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::time::Duration;
+use std::sync::{Arc, Weak};
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+use tokio::sync::mpsc::{UnboundedReceiver, UnboundedSender, unbounded_channel};
 
 /// The default time between two barriers.
 pub const DEFAULT_BARRIER_INTERVAL_MS: u64 = 1000;
+/// How many checkpoints `eddy_catalog.checkpoints` remembers.
+const HISTORY: usize = 20;
+
+/// One checkpoint, as `eddy_catalog.checkpoints` shows it.
+#[derive(Debug, Clone)]
+pub struct CheckpointRecord {
+    pub epoch: u64,
+    pub started: SystemTime,
+    pub duration: Duration,
+    pub uploaded_bytes: u64,
+    pub uploaded_files: u64,
+    pub total_files: u64,
+    pub state_bytes: u64,
+    /// `None` once committed; why not otherwise.
+    pub error: Option<String>,
+}
+
+/// A local checkpoint waiting to be uploaded.
+struct Staged {
+    epoch: u64,
+    dir: PathBuf,
+    started: SystemTime,
+    clock: Instant,
+    catalog_version: u32,
+    jobs: Vec<String>,
+    sources: BTreeMap<String, BTreeMap<String, u64>>,
+}
 
 pub struct Coordinator {
     jobs: Arc<JobRegistry>,
+    store: Arc<StateStore>,
+    catalog: Arc<Catalog>,
+    storage: Arc<CheckpointStorage>,
+    /// Local checkpoints: `<data-dir>/checkpoint-staging/<epoch>`.
+    staging: PathBuf,
+    keep: usize,
     interval_ms: AtomicU64,
     /// The last epoch injected. Held for a whole round, so rounds never overlap: the next
-    /// barrier is injected only once every job has passed the previous one.
+    /// barrier is injected only once the previous epoch's checkpoint is taken.
     last_epoch: tokio::sync::Mutex<u64>,
+    committed: AtomicU64,
+    history: Mutex<VecDeque<CheckpointRecord>>,
+    to_upload: UnboundedSender<Staged>,
+    uploads: Mutex<Option<UnboundedReceiver<Staged>>>,
+}
+
+/// Where local checkpoints are staged.
+pub fn staging_dir(data_dir: &Path) -> PathBuf {
+    data_dir.join("checkpoint-staging")
+}
+
+pub fn epoch_dir_name(epoch: u64) -> String {
+    format!("{epoch:020}")
+}
+
+fn millis(t: SystemTime) -> u64 {
+    t.duration_since(UNIX_EPOCH)
+        .map(|d| d.as_millis() as u64)
+        .unwrap_or(0)
 }
 
 impl Coordinator {
-    pub fn new(jobs: Arc<JobRegistry>, interval_ms: u64) -> Self {
+    /// A coordinator whose epochs continue after `committed` (the epoch restored at
+    /// start, 0 for none).
+    pub fn new(
+        jobs: Arc<JobRegistry>,
+        store: Arc<StateStore>,
+        catalog: Arc<Catalog>,
+        storage: Arc<CheckpointStorage>,
+        config: &crate::config::Config,
+        committed: u64,
+    ) -> Self {
+        let (to_upload, uploads) = unbounded_channel();
         Self {
             jobs,
-            interval_ms: AtomicU64::new(interval_ms.max(1)),
-            last_epoch: tokio::sync::Mutex::new(0),
+            store,
+            catalog,
+            storage,
+            staging: staging_dir(&config.data_dir),
+            keep: config.checkpoints_to_keep.max(1),
+            interval_ms: AtomicU64::new(config.barrier_interval_ms.max(1)),
+            last_epoch: tokio::sync::Mutex::new(committed),
+            committed: AtomicU64::new(committed),
+            history: Mutex::new(VecDeque::new()),
+            to_upload,
+            uploads: Mutex::new(Some(uploads)),
         }
     }
 
@@ -33,18 +123,71 @@ impl Coordinator {
         self.interval_ms.store(ms.max(1), Ordering::Relaxed);
     }
 
-    /// Runs one barrier round: injects epoch *e* into every running job and waits until
-    /// each has passed it on. Returns *e*.
+    /// The last epoch whose checkpoint is committed (its manifest uploaded).
+    pub fn committed_epoch(&self) -> u64 {
+        self.committed.load(Ordering::SeqCst)
+    }
+
+    /// Recent checkpoints, oldest first.
+    pub fn history(&self) -> Vec<CheckpointRecord> {
+        self.history.lock().iter().cloned().collect()
+    }
+
+    fn record(&self, record: CheckpointRecord) {
+        let mut history = self.history.lock();
+        history.push_back(record);
+        while history.len() > HISTORY {
+            history.pop_front();
+        }
+    }
+
+    /// Runs one barrier round: injects epoch *e* into every running job, waits until each
+    /// has passed it on, and takes the local checkpoint of *e* for upload. Returns *e*.
     pub async fn run_round(&self) -> u64 {
         let mut last = self.last_epoch.lock().await;
         let epoch = *last + 1;
         *last = epoch;
-        self.jobs.inject_and_wait(epoch).await;
+        let started = SystemTime::now();
+        let clock = Instant::now();
+        let jobs = self.jobs.inject_and_wait(epoch).await;
+        let dir = self.staging.join(epoch_dir_name(epoch));
+        let store = self.store.clone();
+        let target = dir.clone();
+        let taken = tokio::task::spawn_blocking(move || {
+            std::fs::create_dir_all(target.parent().expect("staging dir has a parent"))?;
+            if target.exists() {
+                std::fs::remove_dir_all(&target)?;
+            }
+            store.create_checkpoint(&target)
+        })
+        .await;
+        match taken {
+            Ok(Ok(())) => {
+                let staged = Staged {
+                    epoch,
+                    dir,
+                    started,
+                    clock,
+                    catalog_version: self
+                        .catalog
+                        .relations()
+                        .iter()
+                        .map(|r| r.id)
+                        .max()
+                        .unwrap_or(0),
+                    jobs,
+                    sources: self.jobs.source_positions(),
+                };
+                let _ = self.to_upload.send(staged);
+            }
+            Ok(Err(e)) => tracing::warn!("checkpoint of epoch {epoch} failed: {e}"),
+            Err(e) => tracing::warn!("checkpoint of epoch {epoch} failed: {e}"),
+        }
         epoch
     }
 
-    /// Starts the periodic rounds on the current tokio runtime. They stop when the
-    /// coordinator is dropped.
+    /// Starts the periodic rounds and the uploader on the current tokio runtime. Both
+    /// stop when the coordinator is dropped.
     pub fn start(self: &Arc<Self>) {
         let weak = Arc::downgrade(self);
         tokio::spawn(async move {
@@ -59,5 +202,173 @@ impl Coordinator {
                 coordinator.run_round().await;
             }
         });
+        if let Some(uploads) = self.uploads.lock().take() {
+            tokio::spawn(upload_loop(Arc::downgrade(self), uploads));
+        }
+    }
+
+    /// Uploads a staged checkpoint's files that the store lacks, then its manifest.
+    async fn upload(&self, staged: &Staged, uploaded: &mut HashSet<String>) -> Result<Manifest> {
+        let mut entries: Vec<(String, PathBuf, u64)> = Vec::new();
+        for entry in std::fs::read_dir(&staged.dir)? {
+            let entry = entry?;
+            let name = entry.file_name().to_string_lossy().into_owned();
+            entries.push((name, entry.path(), entry.metadata()?.len()));
+        }
+        entries.sort();
+        let mut files = Vec::new();
+        let mut uploaded_bytes = 0;
+        let mut uploaded_files = 0;
+        for (name, path, size) in entries {
+            let is_table_file = name.ends_with(".sst");
+            let object = if is_table_file {
+                format!("sst/{name}")
+            } else {
+                format!("epochs/{}/{name}", epoch_dir_name(staged.epoch))
+            };
+            if !is_table_file || !uploaded.contains(&name) {
+                let data = tokio::fs::read(&path).await?;
+                self.storage.put(&object, Bytes::from(data)).await?;
+                uploaded_bytes += size;
+                uploaded_files += 1;
+                if is_table_file {
+                    uploaded.insert(name.clone());
+                }
+            }
+            files.push(CheckpointFile { name, object, size });
+        }
+        let manifest = Manifest {
+            epoch: staged.epoch,
+            started_ms: millis(staged.started),
+            duration_ms: staged.clock.elapsed().as_millis() as u64,
+            catalog_version: staged.catalog_version,
+            jobs: staged.jobs.clone(),
+            sources: staged.sources.clone(),
+            files,
+            uploaded_bytes,
+            uploaded_files,
+        };
+        let json = serde_json::to_vec_pretty(&manifest)
+            .map_err(|e| crate::error::EddyError::internal(e.to_string()))?;
+        self.storage
+            .put(&Manifest::object_name(staged.epoch), Bytes::from(json))
+            .await?;
+        Ok(manifest)
+    }
+
+    /// Deletes manifests beyond the newest `keep`, their own files, and table files no
+    /// kept manifest references.
+    async fn collect_garbage(&self, uploaded: &mut HashSet<String>) -> Result<()> {
+        let mut epochs: Vec<u64> = self
+            .storage
+            .list("manifests")
+            .await?
+            .iter()
+            .filter_map(|n| Manifest::epoch_of(n))
+            .collect();
+        epochs.sort();
+        let split = epochs.len().saturating_sub(self.keep);
+        let (old, kept) = epochs.split_at(split);
+        for epoch in old {
+            // The manifest goes first: a checkpoint is never half there but listed.
+            self.storage.delete(&Manifest::object_name(*epoch)).await?;
+            let dir = format!("epochs/{}", epoch_dir_name(*epoch));
+            for name in self.storage.list(&dir).await? {
+                self.storage.delete(&format!("{dir}/{name}")).await?;
+            }
+        }
+        if old.is_empty() {
+            return Ok(());
+        }
+        let mut referenced = HashSet::new();
+        for epoch in kept {
+            let manifest = super::recovery::read_manifest(&self.storage, *epoch).await?;
+            referenced.extend(manifest.files.into_iter().map(|f| f.object));
+        }
+        for name in self.storage.list("sst").await? {
+            let object = format!("sst/{name}");
+            if !referenced.contains(&object) {
+                self.storage.delete(&object).await?;
+                uploaded.remove(&name);
+            }
+        }
+        Ok(())
+    }
+
+    /// Local checkpoints older than `epoch` are no longer needed.
+    fn remove_staged_before(&self, epoch: u64) {
+        let Ok(entries) = std::fs::read_dir(&self.staging) else {
+            return;
+        };
+        for entry in entries.flatten() {
+            let older = entry
+                .file_name()
+                .to_str()
+                .and_then(|n| n.parse::<u64>().ok())
+                .is_some_and(|e| e < epoch);
+            if older {
+                let _ = std::fs::remove_dir_all(entry.path());
+            }
+        }
+    }
+}
+
+/// Uploads staged checkpoints in epoch order, skipping to the newest when behind.
+async fn upload_loop(coordinator: Weak<Coordinator>, mut uploads: UnboundedReceiver<Staged>) {
+    let mut uploaded: Option<HashSet<String>> = None;
+    while let Some(mut staged) = uploads.recv().await {
+        while let Ok(newer) = uploads.try_recv() {
+            let _ = std::fs::remove_dir_all(&staged.dir);
+            staged = newer;
+        }
+        let Some(coordinator) = coordinator.upgrade() else {
+            return;
+        };
+        // The table files already in the store, listed once.
+        let known = match &mut uploaded {
+            Some(known) => known,
+            None => match coordinator.storage.list("sst").await {
+                Ok(names) => uploaded.insert(names.into_iter().collect()),
+                Err(e) => {
+                    tracing::warn!("cannot list the checkpoint store: {e}");
+                    continue;
+                }
+            },
+        };
+        match coordinator.upload(&staged, known).await {
+            Ok(manifest) => {
+                coordinator
+                    .committed
+                    .fetch_max(staged.epoch, Ordering::SeqCst);
+                coordinator.record(CheckpointRecord {
+                    epoch: staged.epoch,
+                    started: staged.started,
+                    duration: staged.clock.elapsed(),
+                    uploaded_bytes: manifest.uploaded_bytes,
+                    uploaded_files: manifest.uploaded_files,
+                    total_files: manifest.files.len() as u64,
+                    state_bytes: manifest.state_bytes(),
+                    error: None,
+                });
+                coordinator.remove_staged_before(staged.epoch);
+                if let Err(e) = coordinator.collect_garbage(known).await {
+                    tracing::warn!("checkpoint garbage collection failed: {e}");
+                }
+            }
+            Err(e) => {
+                tracing::warn!("checkpoint of epoch {} not committed: {e}", staged.epoch);
+                let _ = std::fs::remove_dir_all(&staged.dir);
+                coordinator.record(CheckpointRecord {
+                    epoch: staged.epoch,
+                    started: staged.started,
+                    duration: staged.clock.elapsed(),
+                    uploaded_bytes: 0,
+                    uploaded_files: 0,
+                    total_files: 0,
+                    state_bytes: 0,
+                    error: Some(e.message),
+                });
+            }
+        }
     }
 }

@@ -8,5 +8,8 @@
 //! is injected. `FLUSH` runs a round at once.
 
 pub mod coordinator;
+pub mod manifest;
+pub mod recovery;
+pub mod storage;
 
 pub use coordinator::Coordinator;

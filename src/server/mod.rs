@@ -57,7 +57,20 @@ impl PgWireServerHandlers for EddyHandlers {
 
 /// Opens the data dir, listens, and serves until SIGINT or SIGTERM.
 pub async fn run(config: Config) -> anyhow::Result<()> {
-    let engine = Engine::open(config.clone()).map_err(|e| anyhow::anyhow!("{e}"))?;
+    let storage = std::sync::Arc::new(
+        crate::checkpoint::storage::CheckpointStorage::open(&config)
+            .map_err(|e| anyhow::anyhow!("cannot open the checkpoint store: {e}"))?,
+    );
+    let restored = crate::checkpoint::recovery::prepare(&config, &storage)
+        .await
+        .map_err(|e| anyhow::anyhow!("cannot restore the last checkpoint: {e}"))?;
+    let engine = Engine::open_restoring(config.clone(), storage, restored.as_ref())
+        .map_err(|e| anyhow::anyhow!("{e}"))?;
+    if let Some(restored) = &restored
+        && restored.dir.starts_with(config.data_dir.join("restore"))
+    {
+        let _ = std::fs::remove_dir_all(&restored.dir);
+    }
     bootstrap_root(&engine, &config)?;
     crate::session::materialized_views::restart_all(&engine)
         .await

@@ -90,6 +90,7 @@ pub(super) async fn start_job(
     rel: &Relation,
     graph: &StreamGraph,
     output: JobOutput,
+    resume: bool,
 ) -> Result<()> {
     let provider = engine.schema_provider.clone();
     engine.jobs.spawn(
@@ -100,6 +101,7 @@ pub(super) async fn start_job(
         &JobStateLocation {
             relation_id: rel.id,
             store: engine.store.clone(),
+            resume,
         },
     )?;
     let reads_changes = graph
@@ -168,7 +170,7 @@ pub(super) async fn create(
         emit_on_window_close,
     })?;
     let table = engine.schema_provider.state_table_for(&rel)?;
-    start_job(engine, &rel, &graph, JobOutput::View(table)).await?;
+    start_job(engine, &rel, &graph, JobOutput::View(table), false).await?;
     Ok(Outcome::Command("CREATE_MATERIALIZED_VIEW".into()))
 }
 
@@ -204,17 +206,27 @@ pub(super) fn show(session: &Session) -> Result<Outcome> {
     )
 }
 
-/// Starts the job of every materialized view and sink, from the beginning (see the
-/// module docs), in creation order so that a view starts before the views over it.
+/// Starts the job of every materialized view and sink, in creation order so that a view
+/// starts before the views over it. After a restored checkpoint, jobs resume from its
+/// state; jobs reading tables, and every job when there is no checkpoint, start afresh.
 pub async fn restart_all(engine: &Engine) -> Result<()> {
     let mut relations = engine.catalog.relations();
     relations.sort_by_key(|r| r.id);
-    for rel in relations {
-        clear_job_state(engine, &rel)?;
+    for rel in relations.iter().cloned() {
+        let resume = engine
+            .restored
+            .as_ref()
+            .is_some_and(|m| m.jobs.contains(&rel.name))
+            && !crate::checkpoint::recovery::reads_table(&rel, &relations);
+        if !resume {
+            clear_job_state(engine, &rel)?;
+        }
         let output = match rel.kind {
             RelationKind::MaterializedView => {
                 let table = engine.schema_provider.state_table_for(&rel)?;
-                table.truncate()?;
+                if !resume {
+                    table.truncate()?;
+                }
                 JobOutput::View(table)
             }
             RelationKind::Sink => JobOutput::blackhole(&rel.options)?,
@@ -228,7 +240,7 @@ pub async fn restart_all(engine: &Engine) -> Result<()> {
             rel.emit_on_window_close,
         )
         .await?;
-        start_job(engine, &rel, &graph, output).await?;
+        start_job(engine, &rel, &graph, output, resume).await?;
     }
     Ok(())
 }

@@ -90,14 +90,35 @@ pub struct Engine {
     pub jobs: Arc<crate::stream::job::JobRegistry>,
     /// Injects barriers (checkpoint epochs) into every job; `FLUSH` runs a round.
     pub checkpoints: Arc<crate::checkpoint::Coordinator>,
+    /// The checkpoint restored at start, if any: its jobs resume from it.
+    pub restored: Option<crate::checkpoint::manifest::Manifest>,
     pub(crate) ctx: SessionContext,
     parser: PostgresCompatibilityParser,
 }
 
 impl Engine {
+    /// Opens the data dir with no checkpoint to restore: every job starts afresh.
     pub fn open(config: Config) -> Result<Arc<Self>> {
+        let storage = Arc::new(crate::checkpoint::storage::CheckpointStorage::open(
+            &config,
+        )?);
+        Self::open_restoring(config, storage, None)
+    }
+
+    /// Opens the data dir after [`crate::checkpoint::recovery::prepare`]: the jobs'
+    /// state is put back as of the restored checkpoint, whose epoch the coordinator
+    /// continues from.
+    pub fn open_restoring(
+        config: Config,
+        storage: Arc<crate::checkpoint::storage::CheckpointStorage>,
+        restored: Option<&crate::checkpoint::recovery::Restored>,
+    ) -> Result<Arc<Self>> {
         let store = Arc::new(StateStore::open(&config.data_dir.join("state"))?);
         let catalog = Arc::new(Catalog::load(store.clone())?);
+        if let Some(restored) = restored {
+            crate::checkpoint::recovery::restore_job_state(&store, restored, &catalog.relations())?;
+        }
+        let restored = restored.map(|r| r.manifest.clone());
         let schema_provider = Arc::new(CatalogSchemaProvider::new(catalog.clone(), store.clone()));
 
         let session_config = SessionConfig::new()
@@ -135,7 +156,11 @@ impl Engine {
 
         let checkpoints = Arc::new(crate::checkpoint::Coordinator::new(
             jobs.clone(),
-            config.barrier_interval_ms,
+            store.clone(),
+            catalog.clone(),
+            storage,
+            &config,
+            restored.as_ref().map(|m| m.epoch).unwrap_or(0),
         ));
         if tokio::runtime::Handle::try_current().is_ok() {
             checkpoints.start();
@@ -147,6 +172,7 @@ impl Engine {
             schema_provider,
             jobs,
             checkpoints,
+            restored,
             ctx,
             parser: PostgresCompatibilityParser::new(),
         }))

@@ -57,7 +57,7 @@ pub(super) async fn create(session: &Session, sink: CreateSink) -> Result<Outcom
         emit_on_window_close: false,
     })?;
     let output = JobOutput::blackhole(&rel.options)?;
-    super::materialized_views::start_job(engine, &rel, &graph, output).await?;
+    super::materialized_views::start_job(engine, &rel, &graph, output, false).await?;
     Ok(Outcome::Command("CREATE_SINK".into()))
 }
 

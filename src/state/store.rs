@@ -99,6 +99,37 @@ impl StateStore {
         Ok(())
     }
 
+    /// Writes a consistent copy of the whole database into `dir` (which must not exist):
+    /// memtables are flushed, table files hard-linked, the rest copied.
+    pub fn create_checkpoint(&self, dir: &Path) -> Result<()> {
+        rocksdb::checkpoint::Checkpoint::new(&self.db)?.create_checkpoint(dir)?;
+        Ok(())
+    }
+
+    /// Replaces the keys in each `[start, end)` range with those a checkpoint (a RocksDB
+    /// directory, opened read-only) holds there. Returns the number of keys copied.
+    pub fn restore_ranges(&self, checkpoint: &Path, ranges: &[(Vec<u8>, Vec<u8>)]) -> Result<u64> {
+        const BATCH_KEYS: usize = 10_000;
+        let source = DB::open_for_read_only(&Options::default(), checkpoint, false)?;
+        let mut copied = 0;
+        for (start, end) in ranges {
+            self.delete_range(start, end)?;
+            let mut opts = ReadOptions::default();
+            opts.set_iterate_upper_bound(end.clone());
+            let mut batch = WriteBatch::default();
+            for item in source.iterator_opt(IteratorMode::From(start, Direction::Forward), opts) {
+                let (k, v) = item?;
+                batch.put(k, v);
+                copied += 1;
+                if batch.len() >= BATCH_KEYS {
+                    self.write(std::mem::take(&mut batch))?;
+                }
+            }
+            self.write(batch)?;
+        }
+        Ok(copied)
+    }
+
     /// Deletes every key in `[start, end)`.
     pub fn delete_range(&self, start: &[u8], end: &[u8]) -> Result<()> {
         let mut batch = WriteBatch::default();

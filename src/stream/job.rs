@@ -73,6 +73,8 @@ pub struct JobInfo {
     pub started: SystemTime,
     pub finished: Mutex<Option<SystemTime>>,
     pub tasks: Vec<Arc<TaskInfo>>,
+    /// Source split offsets as of the last barrier: `fragment/split` → rows read.
+    pub positions: Mutex<BTreeMap<String, u64>>,
     stopped: AtomicBool,
     stop_signal: watch::Sender<bool>,
     /// Tasks still running; the last one to end settles the job's state.
@@ -144,6 +146,9 @@ impl JobInfo {
 pub struct JobStateLocation {
     pub relation_id: u32,
     pub store: Arc<StateStore>,
+    /// The job resumes from a checkpoint: views it reads are restored to the same epoch,
+    /// so it reads only their changes, not their current rows.
+    pub resume: bool,
 }
 
 /// Where a job's rows go.
@@ -197,6 +202,15 @@ impl JobRegistry {
         self.jobs.lock().values().cloned().collect()
     }
 
+    /// Every job's source split offsets as of the last barrier, by job name.
+    pub fn source_positions(&self) -> BTreeMap<String, BTreeMap<String, u64>> {
+        self.jobs()
+            .into_iter()
+            .filter(|j| !j.positions.lock().is_empty())
+            .map(|j| (j.name.clone(), j.positions.lock().clone()))
+            .collect()
+    }
+
     /// Stops a job (its tasks end at their next step) and forgets it.
     pub fn stop(&self, name: &str) {
         if let Some(job) = self.jobs.lock().remove(name) {
@@ -207,10 +221,14 @@ impl JobRegistry {
 
     /// Injects the barrier of `epoch` into every running job and waits until each has
     /// passed it to its output: every write made before the call is then in every view.
-    /// The checkpoint coordinator calls this, one epoch at a time.
-    pub async fn inject_and_wait(&self, epoch: u64) {
+    /// The checkpoint coordinator calls this, one epoch at a time. Returns the names of
+    /// every job registered when the barrier was injected (finished ones included): the
+    /// jobs whose state the epoch holds.
+    pub async fn inject_and_wait(&self, epoch: u64) -> Vec<String> {
         let barrier = Barrier::new(epoch);
-        let jobs: Vec<Arc<JobInfo>> = self.jobs().into_iter().filter(|j| j.is_running()).collect();
+        let all = self.jobs();
+        let names = all.iter().map(|j| j.name.clone()).collect();
+        let jobs: Vec<Arc<JobInfo>> = all.into_iter().filter(|j| j.is_running()).collect();
         let mut tables_done = HashSet::new();
         for job in &jobs {
             for injector in &job.injectors {
@@ -226,6 +244,7 @@ impl JobRegistry {
             // Woken by acks; the timeout covers a wake-up that raced the check.
             let _ = tokio::time::timeout(Duration::from_millis(20), self.notify.notified()).await;
         }
+        names
     }
 
     /// Starts a job: builds its tasks, wires them and places them in slots. `table_of`
@@ -308,7 +327,13 @@ impl JobRegistry {
             let mut changes: Option<(Vec<StreamChunk>, Vec<Input>)> = match &fragment.input {
                 FragmentInput::Changes { relation, .. } => {
                     let table = table_of(relation)?;
-                    let (snapshot, receivers) = table.changes().subscribe(|| table.snapshot())?;
+                    let (snapshot, receivers) = table.changes().subscribe(|| {
+                        if state.resume {
+                            Ok(vec![])
+                        } else {
+                            table.snapshot()
+                        }
+                    })?;
                     if relation.kind == RelationKind::Table {
                         tables.push(table.clone());
                     }
@@ -470,6 +495,7 @@ impl JobRegistry {
             started: SystemTime::now(),
             finished: Mutex::new(None),
             tasks: infos,
+            positions: Mutex::new(BTreeMap::new()),
             stopped: AtomicBool::new(false),
             stop_signal,
             running_tasks: AtomicUsize::new(tasks.len()),

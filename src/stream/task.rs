@@ -125,6 +125,8 @@ impl SourcePositions {
     /// Stages every split's current position for the next write.
     fn stage(
         &mut self,
+        job: &JobInfo,
+        fragment: usize,
         readers: &[(usize, Box<dyn SplitReader>)],
         watermark: &Option<WatermarkGenerator>,
     ) -> Result<()> {
@@ -137,7 +139,9 @@ impl SourcePositions {
             .iter()
             .map(|(split, r)| (*split, r.offset()))
             .chain(self.ended.iter().copied());
+        let mut shown = job.positions.lock();
         for (split, offset) in offsets {
+            shown.insert(format!("{fragment}/{split}"), offset);
             let mut value = offset.to_le_bytes().to_vec();
             if let Some(w) = &watermark {
                 value.extend_from_slice(w);
@@ -293,7 +297,7 @@ impl Task {
         let mut next = 0usize;
         while !readers.is_empty() {
             while let Ok(barrier) = barriers.try_recv() {
-                self.stage_positions(readers, watermark)?;
+                self.stage_positions(job, readers, watermark)?;
                 if !self.barrier(job, barrier).await? {
                     return Ok(());
                 }
@@ -342,7 +346,7 @@ impl Task {
                         _ = tokio::time::sleep(due - elapsed) => {}
                         _ = stopped(&mut stop) => return Ok(()),
                         Some(barrier) = barriers.recv() => {
-                            self.stage_positions(readers, watermark)?;
+                            self.stage_positions(job, readers, watermark)?;
                             if !self.barrier(job, barrier).await? {
                                 return Ok(());
                             }
@@ -355,18 +359,19 @@ impl Task {
             }
         }
         // Every split has ended: the stream ends at the next barrier.
-        self.stage_positions(readers, watermark)?;
+        self.stage_positions(job, readers, watermark)?;
         self.end_at_next_barrier(job, barriers).await
     }
 
     /// Stages the splits' positions for the barrier about to be handled.
     fn stage_positions(
         &mut self,
+        job: &JobInfo,
         readers: &[(usize, Box<dyn SplitReader>)],
         watermark: &Option<WatermarkGenerator>,
     ) -> Result<()> {
         match &mut self.positions {
-            Some(p) => p.stage(readers, watermark),
+            Some(p) => p.stage(job, self.info.fragment, readers, watermark),
             None => Ok(()),
         }
     }
