@@ -125,7 +125,7 @@ pub(crate) async fn view_rows(client: &tokio_postgres::Client, sql: &str) -> Vec
 }
 
 /// The options of a `CREATE SOURCE ... WITH (...)` statement (simple values only).
-fn source_options(create: &str) -> BTreeMap<String, String> {
+pub(crate) fn source_options(create: &str) -> BTreeMap<String, String> {
     create
         .split("WITH (")
         .nth(1)
@@ -157,7 +157,7 @@ async fn batch_rows(query: &str) -> Vec<Vec<String>> {
 }
 
 /// Runs `query` in DataFusion over every row the source makes, registered as `s`.
-async fn batch_query(
+pub(crate) async fn batch_query(
     query: &str,
     schema: &arrow::datatypes::SchemaRef,
     spec: &eddy::connectors::ConnectorSpec,

@@ -6,10 +6,15 @@
 //! - `eddy_catalog.tasks`: every task of every running job — fragment, subtask, slot,
 //!   worker, the operators chained in it, rows in and out, and the share of its time it
 //!   was busy, backpressured (waiting to send) and idle (waiting for input).
+//! - `eddy_catalog.checkpoints`: recent checkpoints — epoch, start, duration, bytes and
+//!   files uploaded, total files and state size, whether committed (and why not) — and
+//!   whether each is the last committed one.
 
+use crate::checkpoint::Coordinator;
 use crate::stream::job::JobRegistry;
 use arrow::array::{
-    Float64Array, Int32Array, Int64Array, RecordBatch, StringArray, TimestampMicrosecondArray,
+    BooleanArray, Float64Array, Int32Array, Int64Array, RecordBatch, StringArray,
+    TimestampMicrosecondArray,
 };
 use arrow::datatypes::{DataType, Field, Schema, SchemaRef, TimeUnit};
 use async_trait::async_trait;
@@ -25,14 +30,20 @@ use std::time::{SystemTime, UNIX_EPOCH};
 
 pub const SYSTEM_SCHEMA: &str = "eddy_catalog";
 
-/// Builds a system table's rows from the job registry, at scan time.
-type RowBuilder = fn(&JobRegistry, SchemaRef) -> DFResult<RecordBatch>;
+/// What system tables read: the running jobs and the checkpoint coordinator.
+pub struct SystemSources {
+    pub jobs: Arc<JobRegistry>,
+    pub checkpoints: Arc<Coordinator>,
+}
+
+/// Builds a system table's rows from the running system, at scan time.
+type RowBuilder = fn(&SystemSources, SchemaRef) -> DFResult<RecordBatch>;
 
 /// A table whose rows are computed from the running system when it is scanned.
 pub struct SystemTable {
     name: &'static str,
     schema: SchemaRef,
-    registry: Arc<JobRegistry>,
+    sources: Arc<SystemSources>,
     rows: RowBuilder,
 }
 
@@ -48,12 +59,12 @@ pub struct SystemSchema {
 }
 
 impl SystemSchema {
-    pub fn new(registry: Arc<JobRegistry>) -> Self {
+    pub fn new(sources: Arc<SystemSources>) -> Self {
         let table = |name, schema, rows| {
             Arc::new(SystemTable {
                 name,
                 schema,
-                registry: registry.clone(),
+                sources: sources.clone(),
                 rows,
             })
         };
@@ -61,6 +72,7 @@ impl SystemSchema {
             tables: vec![
                 table("jobs", jobs_schema(), jobs_rows),
                 table("tasks", tasks_schema(), tasks_rows),
+                table("checkpoints", checkpoints_schema(), checkpoints_rows),
             ],
         }
     }
@@ -108,7 +120,7 @@ impl TableProvider for SystemTable {
         _filters: &[Expr],
         _limit: Option<usize>,
     ) -> DFResult<Arc<dyn ExecutionPlan>> {
-        let batch = (self.rows)(&self.registry, self.schema.clone())?;
+        let batch = (self.rows)(&self.sources, self.schema.clone())?;
         Ok(MemorySourceConfig::try_new_exec(
             &[vec![batch]],
             self.schema.clone(),
@@ -132,8 +144,8 @@ fn jobs_schema() -> SchemaRef {
     ]))
 }
 
-fn jobs_rows(registry: &JobRegistry, schema: SchemaRef) -> DFResult<RecordBatch> {
-    let jobs = registry.jobs();
+fn jobs_rows(sources: &SystemSources, schema: SchemaRef) -> DFResult<RecordBatch> {
+    let jobs = sources.jobs.jobs();
     Ok(RecordBatch::try_new(
         schema,
         vec![
@@ -194,8 +206,9 @@ fn tasks_schema() -> SchemaRef {
 
 /// One row per task of every running job; busy/backpressured/idle are shares of the
 /// task's accounted time (each between 0 and 1, summing to 1 once it has run).
-fn tasks_rows(registry: &JobRegistry, schema: SchemaRef) -> DFResult<RecordBatch> {
-    let tasks: Vec<_> = registry
+fn tasks_rows(sources: &SystemSources, schema: SchemaRef) -> DFResult<RecordBatch> {
+    let tasks: Vec<_> = sources
+        .jobs
         .jobs()
         .into_iter()
         .filter(|j| j.is_running())
@@ -246,6 +259,61 @@ fn tasks_rows(registry: &JobRegistry, schema: SchemaRef) -> DFResult<RecordBatch
             share(0),
             share(1),
             share(2),
+        ],
+    )?)
+}
+
+fn checkpoints_schema() -> SchemaRef {
+    let ts = DataType::Timestamp(TimeUnit::Microsecond, Some("+00:00".into()));
+    Arc::new(Schema::new(vec![
+        Field::new("epoch", DataType::Int64, false),
+        Field::new("started", ts, false),
+        Field::new("duration_ms", DataType::Int64, false),
+        Field::new("uploaded_bytes", DataType::Int64, false),
+        Field::new("uploaded_files", DataType::Int64, false),
+        Field::new("total_files", DataType::Int64, false),
+        Field::new("state_bytes", DataType::Int64, false),
+        Field::new("committed", DataType::Boolean, false),
+        Field::new("last_committed", DataType::Boolean, false),
+        Field::new("error", DataType::Utf8, true),
+    ]))
+}
+
+/// The coordinator's recent checkpoints, oldest first.
+fn checkpoints_rows(sources: &SystemSources, schema: SchemaRef) -> DFResult<RecordBatch> {
+    let history = sources.checkpoints.history();
+    let committed = sources.checkpoints.committed_epoch();
+    let int = |f: fn(&crate::checkpoint::coordinator::CheckpointRecord) -> u64| {
+        Arc::new(Int64Array::from_iter_values(
+            history.iter().map(|c| f(c) as i64),
+        )) as arrow::array::ArrayRef
+    };
+    Ok(RecordBatch::try_new(
+        schema,
+        vec![
+            int(|c| c.epoch),
+            Arc::new(
+                TimestampMicrosecondArray::from_iter_values(
+                    history.iter().map(|c| micros(c.started)),
+                )
+                .with_timezone("+00:00"),
+            ),
+            int(|c| c.duration.as_millis() as u64),
+            int(|c| c.uploaded_bytes),
+            int(|c| c.uploaded_files),
+            int(|c| c.total_files),
+            int(|c| c.state_bytes),
+            Arc::new(BooleanArray::from_iter(
+                history.iter().map(|c| Some(c.error.is_none())),
+            )),
+            Arc::new(BooleanArray::from_iter(
+                history
+                    .iter()
+                    .map(|c| Some(c.error.is_none() && c.epoch == committed)),
+            )),
+            Arc::new(StringArray::from_iter(
+                history.iter().map(|c| c.error.clone()),
+            )),
         ],
     )?)
 }

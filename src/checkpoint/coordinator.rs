@@ -141,6 +141,13 @@ impl Coordinator {
         }
     }
 
+    /// Holds off barrier rounds while the guard lives: jobs started meanwhile all see
+    /// the same first epoch (a restart subscribes every view to the views it reads
+    /// before any of them publishes a change).
+    pub async fn pause(&self) -> tokio::sync::MutexGuard<'_, u64> {
+        self.last_epoch.lock().await
+    }
+
     /// Runs one barrier round: injects epoch *e* into every running job, waits until each
     /// has passed it on, and takes the local checkpoint of *e* for upload. Returns *e*.
     pub async fn run_round(&self) -> u64 {
@@ -295,6 +302,30 @@ impl Coordinator {
         Ok(())
     }
 
+    /// The table files the committed checkpoints reference. Others — left by an upload
+    /// a crash interrupted — are deleted: a database restored from an older checkpoint
+    /// may create files of the same names with other contents.
+    async fn committed_table_files(&self) -> Result<HashSet<String>> {
+        let mut referenced = HashSet::new();
+        for name in self.storage.list("manifests").await? {
+            if let Some(epoch) = Manifest::epoch_of(&name) {
+                let manifest = super::recovery::read_manifest(&self.storage, epoch).await?;
+                referenced.extend(
+                    manifest
+                        .files
+                        .into_iter()
+                        .filter_map(|f| f.object.strip_prefix("sst/").map(str::to_string)),
+                );
+            }
+        }
+        for name in self.storage.list("sst").await? {
+            if !referenced.contains(&name) {
+                self.storage.delete(&format!("sst/{name}")).await?;
+            }
+        }
+        Ok(referenced)
+    }
+
     /// Local checkpoints older than `epoch` are no longer needed.
     fn remove_staged_before(&self, epoch: u64) {
         let Ok(entries) = std::fs::read_dir(&self.staging) else {
@@ -324,13 +355,13 @@ async fn upload_loop(coordinator: Weak<Coordinator>, mut uploads: UnboundedRecei
         let Some(coordinator) = coordinator.upgrade() else {
             return;
         };
-        // The table files already in the store, listed once.
+        // The table files committed checkpoints hold, found once.
         let known = match &mut uploaded {
             Some(known) => known,
-            None => match coordinator.storage.list("sst").await {
-                Ok(names) => uploaded.insert(names.into_iter().collect()),
+            None => match coordinator.committed_table_files().await {
+                Ok(names) => uploaded.insert(names),
                 Err(e) => {
-                    tracing::warn!("cannot list the checkpoint store: {e}");
+                    tracing::warn!("cannot read the checkpoint store: {e}");
                     continue;
                 }
             },

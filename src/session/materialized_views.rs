@@ -92,6 +92,21 @@ pub(super) async fn start_job(
     output: JobOutput,
     resume: bool,
 ) -> Result<()> {
+    if spawn_job(engine, rel, graph, output, resume)? {
+        engine.checkpoints.run_round().await;
+    }
+    Ok(())
+}
+
+/// Starts a job; returns whether it reads tables or views (whose current rows then
+/// reach it at the next barrier).
+fn spawn_job(
+    engine: &Engine,
+    rel: &Relation,
+    graph: &StreamGraph,
+    output: JobOutput,
+    resume: bool,
+) -> Result<bool> {
     let provider = engine.schema_provider.clone();
     engine.jobs.spawn(
         &rel.name,
@@ -104,14 +119,10 @@ pub(super) async fn start_job(
             resume,
         },
     )?;
-    let reads_changes = graph
+    Ok(graph
         .fragments
         .iter()
-        .any(|f| matches!(f.input, FragmentInput::Changes { .. }));
-    if reads_changes {
-        engine.checkpoints.run_round().await;
-    }
-    Ok(())
+        .any(|f| matches!(f.input, FragmentInput::Changes { .. })))
 }
 
 pub(super) async fn create(
@@ -212,6 +223,8 @@ pub(super) fn show(session: &Session) -> Result<Outcome> {
 pub async fn restart_all(engine: &Engine) -> Result<()> {
     let mut relations = engine.catalog.relations();
     relations.sort_by_key(|r| r.id);
+    let paused = engine.checkpoints.pause().await;
+    let mut reads_changes = false;
     for rel in relations.iter().cloned() {
         let resume = engine
             .restored
@@ -240,7 +253,11 @@ pub async fn restart_all(engine: &Engine) -> Result<()> {
             rel.emit_on_window_close,
         )
         .await?;
-        start_job(engine, &rel, &graph, output, resume).await?;
+        reads_changes |= spawn_job(engine, &rel, &graph, output, resume)?;
+    }
+    std::mem::drop(paused);
+    if reads_changes {
+        engine.checkpoints.run_round().await;
     }
     Ok(())
 }

@@ -19,6 +19,7 @@ mod show;
 mod sinks;
 mod sources;
 mod sql_rewrite;
+mod system_params;
 pub mod users;
 pub mod vars;
 
@@ -136,15 +137,6 @@ impl Engine {
             config.workers,
             config.slots_per_worker,
         )?);
-        ctx.catalog(DATABASE_NAME)
-            .expect("default catalog exists")
-            .register_schema(
-                crate::catalog::system_tables::SYSTEM_SCHEMA,
-                Arc::new(crate::catalog::system_tables::SystemSchema::new(
-                    jobs.clone(),
-                )),
-            )
-            .map_err(EddyError::from)?;
         datafusion_pg_catalog::setup_pg_catalog(
             &ctx,
             DATABASE_NAME,
@@ -162,10 +154,22 @@ impl Engine {
             &config,
             restored.as_ref().map(|m| m.epoch).unwrap_or(0),
         ));
+        ctx.catalog(DATABASE_NAME)
+            .expect("default catalog exists")
+            .register_schema(
+                crate::catalog::system_tables::SYSTEM_SCHEMA,
+                Arc::new(crate::catalog::system_tables::SystemSchema::new(Arc::new(
+                    crate::catalog::system_tables::SystemSources {
+                        jobs: jobs.clone(),
+                        checkpoints: checkpoints.clone(),
+                    },
+                ))),
+            )
+            .map_err(EddyError::from)?;
         if tokio::runtime::Handle::try_current().is_ok() {
             checkpoints.start();
         }
-        Ok(Arc::new(Self {
+        let engine = Arc::new(Self {
             config,
             store,
             catalog,
@@ -175,7 +179,9 @@ impl Engine {
             restored,
             ctx,
             parser: PostgresCompatibilityParser::new(),
-        }))
+        });
+        system_params::load(&engine)?;
+        Ok(engine)
     }
 
     /// Plans a streaming query: parsed, planned and optimized by DataFusion, ready for
@@ -466,6 +472,7 @@ impl Session {
                 }
             }
             // A barrier through every job: earlier writes are then in every view.
+            EddyStatement::AlterSystem(alter) => system_params::alter(&self.engine, &alter),
             EddyStatement::Flush => {
                 self.engine.checkpoints.run_round().await;
                 Ok(Outcome::Command("FLUSH".into()))

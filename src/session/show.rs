@@ -94,6 +94,9 @@ pub(super) fn show_variable(session: &Session, variable: &[Ident]) -> Result<Out
     if name.eq_ignore_ascii_case("materialized views") {
         return super::materialized_views::show(session);
     }
+    if let Some(shown) = super::system_params::show(&session.engine, &name) {
+        return shown;
+    }
     let value = session.vars.lock().get(&name)?;
     // PostgreSQL names the column after the variable as the user wrote it.
     let column = if variable.len() == 1 {

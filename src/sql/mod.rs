@@ -4,6 +4,7 @@
 //! `CREATE USER name WITH PASSWORD '...'` is parsed here instead) and knows nothing of
 //! sources (`CREATE SOURCE`, `DROP SOURCE`, in [`source`]).
 
+pub mod alter_system;
 pub mod sink;
 pub mod source;
 pub mod table_extras;
@@ -34,6 +35,8 @@ pub enum EddyStatement {
     },
     /// `FLUSH`: wait until earlier writes are visible everywhere.
     Flush,
+    /// `ALTER SYSTEM SET name = value`.
+    AlterSystem(alter_system::AlterSystem),
     /// `CREATE TABLE` with `WATERMARK FOR` or `APPEND ONLY`.
     CreateTable(table_extras::CreateTableExtras),
     /// `[EXPLAIN] CREATE MATERIALIZED VIEW ... EMIT ON WINDOW CLOSE`: the statement
@@ -127,6 +130,9 @@ pub fn parse_eddy_statement(sql: &str) -> Option<Result<EddyStatement>> {
         .eq_ignore_ascii_case("flush")
     {
         return Some(Ok(EddyStatement::Flush));
+    }
+    if let Some(alter) = alter_system::parse(sql) {
+        return Some(alter.map(EddyStatement::AlterSystem));
     }
     if let Some(table) = table_extras::parse(sql) {
         return Some(table.map(EddyStatement::CreateTable));

@@ -1,0 +1,365 @@
+//! Exactly-once recovery from checkpoints. Views over bounded, paced sources keep running
+//! while the server is SIGKILLed at random moments and restarted; once the sources have
+//! ended, every view must equal what DataFusion computes in batch over the same events —
+//! nothing lost, nothing counted twice. Variants lose the data dir before one restart and
+//! recover from the object store alone (a local directory, and an S3-compatible server).
+
+use crate::common::TestServer;
+use crate::streaming::{assert_same, batch_query, source_options, view_rows};
+use arrow::datatypes::{DataType, Field, Schema, SchemaRef, TimeUnit};
+use rand::{Rng, SeedableRng};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+/// 60000 events hold 55200 bids, paced at 10000 per second.
+const BIDS: &str = "CREATE SOURCE bid (auction BIGINT, bidder BIGINT, price BIGINT, channel VARCHAR, date_time TIMESTAMP,
+    WATERMARK FOR date_time AS date_time - INTERVAL '4' SECOND) WITH (
+    connector = 'nexmark',
+    nexmark.table.type = 'Bid',
+    nexmark.event.num = 60000,
+    nexmark.split.num = 2,
+    nexmark.min.event.gap.in.ns = 100000)";
+
+const ROWS: &str = "CREATE SOURCE gen (id BIGINT, k INT, v DOUBLE PRECISION, name VARCHAR) WITH (
+    connector = 'datagen',
+    fields.id.kind = 'sequence', fields.id.start = 1, fields.id.end = 30000,
+    fields.k.min = 1, fields.k.max = 9, fields.k.seed = 3,
+    fields.v.min = -10, fields.v.max = 10, fields.v.seed = 8,
+    fields.name.length = 2,
+    datagen.split.num = 3,
+    datagen.rows.per.second = 6000)";
+
+const TUMBLE_REFERENCE: &str = "SELECT auction, date_bin(INTERVAL '1' SECOND, date_time, TIMESTAMP '1970-01-01 00:00:00') AS window_start, \
+    count(*) AS n, max(price) AS top FROM bid GROUP BY 1, 2";
+
+const HOP_REFERENCE: &str = "SELECT ws AS window_start, count(*) AS n FROM ( \
+    SELECT date_bin(INTERVAL '1' SECOND, date_time, TIMESTAMP '1970-01-01 00:00:00') AS ws FROM bid \
+    UNION ALL SELECT date_bin(INTERVAL '1' SECOND, date_time, TIMESTAMP '1970-01-01 00:00:00') - INTERVAL '1' SECOND FROM bid \
+    ) w GROUP BY ws";
+
+/// (view, its query, the batch query to compare with where it differs, the source).
+const VIEWS: &[(&str, &str, Option<&str>, &str)] = &[
+    (
+        "per_auction",
+        "SELECT auction, count(*) AS n, max(price) AS top, min(bidder) AS low_bidder FROM bid GROUP BY auction",
+        None,
+        "bid",
+    ),
+    (
+        "per_channel",
+        "SELECT channel, count(*) AS n, sum(price) AS total, count(DISTINCT auction) AS auctions FROM bid GROUP BY channel",
+        None,
+        "bid",
+    ),
+    (
+        "tumbling",
+        "SELECT auction, window_start, count(*) AS n, max(price) AS top FROM TUMBLE(bid, date_time, INTERVAL '1' SECOND) GROUP BY auction, window_start",
+        Some(TUMBLE_REFERENCE),
+        "bid",
+    ),
+    (
+        "tumbling_eowc",
+        "SELECT auction, window_start, count(*) AS n, max(price) AS top FROM TUMBLE(bid, date_time, INTERVAL '1' SECOND) GROUP BY auction, window_start EMIT ON WINDOW CLOSE",
+        Some(TUMBLE_REFERENCE),
+        "bid",
+    ),
+    (
+        "hopping_eowc",
+        "SELECT window_start, count(*) AS n FROM HOP(bid, date_time, INTERVAL '1' SECOND, INTERVAL '2' SECOND) GROUP BY window_start EMIT ON WINDOW CLOSE",
+        Some(HOP_REFERENCE),
+        "bid",
+    ),
+    (
+        "bid_total",
+        "SELECT count(*) AS n, sum(price) AS total FROM bid",
+        None,
+        "bid",
+    ),
+    // A view over a view: restored at the same epoch as the view it reads.
+    (
+        "auction_summary",
+        "SELECT count(*) AS auctions, sum(n) AS bids FROM per_auction",
+        Some(
+            "SELECT count(*) AS auctions, sum(n) AS bids FROM (SELECT auction, count(*) AS n FROM bid GROUP BY auction)",
+        ),
+        "bid",
+    ),
+    (
+        "per_key",
+        "SELECT k, count(*) AS n, sum(id) AS total, min(v) AS lo, max(v) AS hi, count(DISTINCT name) AS names FROM gen GROUP BY k",
+        None,
+        "gen",
+    ),
+    (
+        "gen_filtered",
+        "SELECT id, k, name FROM gen WHERE id % 97 = 0",
+        None,
+        "gen",
+    ),
+];
+
+fn bid_schema() -> SchemaRef {
+    Arc::new(Schema::new(vec![
+        Field::new("auction", DataType::Int64, true),
+        Field::new("bidder", DataType::Int64, true),
+        Field::new("price", DataType::Int64, true),
+        Field::new("channel", DataType::Utf8, true),
+        Field::new(
+            "date_time",
+            DataType::Timestamp(TimeUnit::Microsecond, None),
+            true,
+        ),
+    ]))
+}
+
+fn gen_schema() -> SchemaRef {
+    Arc::new(Schema::new(vec![
+        Field::new("id", DataType::Int64, true),
+        Field::new("k", DataType::Int32, true),
+        Field::new("v", DataType::Float64, true),
+        Field::new("name", DataType::Utf8, true),
+    ]))
+}
+
+/// The batch result of a query over every row a source's `CREATE SOURCE` makes.
+async fn batch(query: &str, source: &str) -> Vec<Vec<String>> {
+    let (create, schema) = match source {
+        "bid" => (BIDS, bid_schema()),
+        _ => (ROWS, gen_schema()),
+    };
+    let spec = eddy::connectors::ConnectorSpec::from_options(&schema, &source_options(create))
+        .expect("valid source options");
+    // `batch_query` registers the rows as `s`.
+    batch_query(
+        &query.replace(&format!("FROM {source}"), "FROM s"),
+        &schema,
+        &spec,
+    )
+    .await
+}
+
+/// Waits until every job over a source has finished (views over tables never do).
+async fn wait_for_source_jobs(client: &tokio_postgres::Client) {
+    let deadline = Instant::now() + Duration::from_secs(180);
+    loop {
+        let jobs = view_rows(client, "SELECT name, state, error FROM eddy_catalog.jobs").await;
+        for j in &jobs {
+            assert_ne!(j[1], "failed", "job {} failed: {}", j[0], j[2]);
+        }
+        let done = VIEWS
+            .iter()
+            .all(|(name, ..)| jobs.iter().any(|j| j[0] == *name && j[1] == "finished"));
+        if done {
+            return;
+        }
+        assert!(Instant::now() < deadline, "jobs did not finish: {jobs:?}");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+/// How a kill loop stores its checkpoints and whether it loses its data dir.
+struct Scenario {
+    /// Extra server flags (`--state-store ...`).
+    args: Vec<String>,
+    /// Delete the whole data dir before this restart (counting from 0).
+    lose_data_dir_before: Option<usize>,
+}
+
+const KILLS: usize = 5;
+
+async fn kill_loop(scenario: Scenario) {
+    let temp = tempfile::tempdir().unwrap();
+    let data_dir = temp.path().join("data");
+    let mut args: Vec<String> = vec!["--barrier-interval-ms".into(), "100".into()];
+    args.extend(scenario.args.iter().cloned());
+    let args: Vec<&str> = args.iter().map(String::as_str).collect();
+    let mut server = TestServer::start_in_with_args(&data_dir, &args);
+    let mut client = server.connect().await;
+    client
+        .batch_execute(&format!(
+            "SET streaming_parallelism = 2; {BIDS}; {ROWS};
+             CREATE TABLE t (k INT PRIMARY KEY, v INT);
+             INSERT INTO t VALUES (1000, 1), (1001, 2);
+             CREATE MATERIALIZED VIEW t_summary AS SELECT k % 3 AS g, count(*) AS n, sum(v) AS total FROM t GROUP BY k % 3;"
+        ))
+        .await
+        .unwrap();
+    for (name, query, ..) in VIEWS {
+        client
+            .batch_execute(&format!("CREATE MATERIALIZED VIEW {name} AS {query}"))
+            .await
+            .unwrap_or_else(|e| panic!("creating {name}: {e}"));
+    }
+
+    let seed: u64 = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_nanos() as u64;
+    eprintln!("kill loop seed: {seed}");
+    let mut rng = rand::rngs::StdRng::seed_from_u64(seed);
+    let mut inserted = vec![1000, 1001];
+    for round in 0..KILLS {
+        tokio::time::sleep(Duration::from_millis(rng.random_range(300..1200))).await;
+        // A row committed just before the kill.
+        client
+            .execute("INSERT INTO t VALUES ($1, $2)", &[&(round as i32), &7i32])
+            .await
+            .unwrap();
+        inserted.push(round as i32);
+        server.kill();
+        if scenario.lose_data_dir_before == Some(round) {
+            std::fs::remove_dir_all(&data_dir).unwrap();
+        }
+        server = TestServer::start_in_with_args(&data_dir, &args);
+        client = server.connect().await;
+    }
+    wait_for_source_jobs(&client).await;
+
+    for (name, query, reference, source) in VIEWS {
+        let streamed = view_rows(&client, &format!("SELECT * FROM {name}")).await;
+        let expected = batch(reference.unwrap_or(query), source).await;
+        assert!(!expected.is_empty(), "{name}: the batch query has rows");
+        assert_same(&format!("{name} after {KILLS} kills"), &streamed, &expected);
+    }
+
+    // Rows committed before a kill survive it, unless the data dir itself was lost.
+    let table = view_rows(&client, "SELECT k FROM t ORDER BY k").await;
+    if scenario.lose_data_dir_before.is_none() {
+        let mut expected: Vec<Vec<String>> = inserted.iter().map(|k| vec![k.to_string()]).collect();
+        expected.sort();
+        assert_eq!(table, expected, "committed rows survive every kill");
+    }
+    // A view over the table matches the table.
+    client.batch_execute("FLUSH").await.unwrap();
+    assert_eq!(
+        view_rows(&client, "SELECT * FROM t_summary").await,
+        view_rows(
+            &client,
+            "SELECT k % 3 AS g, count(*) AS n, sum(v) AS total FROM t GROUP BY k % 3"
+        )
+        .await
+    );
+
+    // Checkpoints are listed, the last committed one marked.
+    let checkpoints = view_rows(
+        &client,
+        "SELECT count(*) > 0, bool_or(last_committed), min(uploaded_files) > 0 \
+         FROM eddy_catalog.checkpoints WHERE committed",
+    )
+    .await;
+    assert_eq!(checkpoints, vec![vec!["t", "t", "t"]]);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn views_are_exact_after_repeated_sigkills() {
+    kill_loop(Scenario {
+        args: vec![],
+        lose_data_dir_before: None,
+    })
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn recovery_from_a_local_state_store_alone_after_losing_the_data_dir() {
+    let store = tempfile::tempdir().unwrap();
+    kill_loop(Scenario {
+        args: vec![
+            "--state-store".into(),
+            store.path().to_string_lossy().into_owned(),
+        ],
+        lose_data_dir_before: Some(2),
+    })
+    .await;
+    let manifests = std::fs::read_dir(store.path().join("manifests"))
+        .unwrap()
+        .count();
+    assert!(
+        (1..=3).contains(&manifests),
+        "old checkpoints are collected: {manifests} manifests kept"
+    );
+}
+
+/// An S3-compatible server (moto) on a free port, with bucket `eddy` created.
+struct S3Server {
+    child: Child,
+    endpoint: String,
+}
+
+impl Drop for S3Server {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+fn venv_bin(name: &str) -> PathBuf {
+    let bin = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join(".venv/bin")
+        .join(name);
+    assert!(
+        bin.exists(),
+        "{} is missing: run the test suite with scripts/test.sh, which installs it",
+        bin.display()
+    );
+    bin
+}
+
+fn start_s3() -> S3Server {
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let child = Command::new(venv_bin("moto_server"))
+        .args(["-H", "127.0.0.1", "-p", &port.to_string()])
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("start moto_server");
+    let endpoint = format!("http://127.0.0.1:{port}");
+    let server = S3Server { child, endpoint };
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while std::net::TcpStream::connect(("127.0.0.1", port)).is_err() {
+        assert!(Instant::now() < deadline, "moto_server did not start");
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    let created = Command::new(venv_bin("python"))
+        .args([
+            "-c",
+            &format!(
+                "import boto3; boto3.client('s3', endpoint_url='{}', region_name='us-east-1', \
+                 aws_access_key_id='test', aws_secret_access_key='test').create_bucket(Bucket='eddy')",
+                server.endpoint
+            ),
+        ])
+        .status()
+        .unwrap();
+    assert!(created.success(), "create the bucket");
+    server
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn recovery_from_s3_alone_after_losing_the_data_dir() {
+    let s3 = start_s3();
+    kill_loop(Scenario {
+        args: [
+            "--state-store",
+            "s3://eddy/checkpoints",
+            "--s3-endpoint",
+            &s3.endpoint,
+            "--s3-region",
+            "us-east-1",
+            "--s3-access-key-id",
+            "test",
+            "--s3-secret-access-key",
+            "test",
+        ]
+        .iter()
+        .map(|s| s.to_string())
+        .collect(),
+        lose_data_dir_before: Some(3),
+    })
+    .await;
+}
