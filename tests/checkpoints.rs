@@ -363,3 +363,77 @@ async fn recovery_from_s3_alone_after_losing_the_data_dir() {
     })
     .await;
 }
+
+/// `ALTER MATERIALIZED VIEW ... SET PARALLELISM` while the sources run, and a restart
+/// with another number of workers: aggregates find their keys' state in whichever
+/// subtask the key groups now map to, and the results stay exact.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn rescaling_moves_key_groups_and_results_stay_exact() {
+    let temp = tempfile::tempdir().unwrap();
+    let data_dir = temp.path().join("data");
+    let mut server = TestServer::start_in_with_args(&data_dir, &["--barrier-interval-ms", "100"]);
+    let mut client = server.connect().await;
+    client
+        .batch_execute(&format!("SET streaming_parallelism = 1; {BIDS}; {ROWS}"))
+        .await
+        .unwrap();
+    for (name, query, ..) in VIEWS {
+        client
+            .batch_execute(&format!("CREATE MATERIALIZED VIEW {name} AS {query}"))
+            .await
+            .unwrap_or_else(|e| panic!("creating {name}: {e}"));
+    }
+    let subtasks = |job: &'static str| {
+        format!(
+            "SELECT count(*) FROM eddy_catalog.tasks WHERE job = '{job}' AND operators LIKE '%HashAgg%'"
+        )
+    };
+    let steps: &[(&str, usize)] = &[("per_auction", 3), ("tumbling_eowc", 2), ("per_key", 4)];
+    for (view, parallelism) in steps {
+        tokio::time::sleep(Duration::from_millis(600)).await;
+        client
+            .batch_execute(&format!(
+                "ALTER MATERIALIZED VIEW {view} SET PARALLELISM = {parallelism}"
+            ))
+            .await
+            .unwrap();
+        let running = view_rows(&client, &subtasks(view)).await;
+        let finished = view_rows(
+            &client,
+            &format!("SELECT state FROM eddy_catalog.jobs WHERE name = '{view}'"),
+        )
+        .await;
+        assert!(
+            running == vec![vec![parallelism.to_string()]] || finished[0][0] == "finished",
+            "{view} runs {parallelism} aggregate subtasks: {running:?}"
+        );
+    }
+    // A restart with three workers keeps each view's parallelism and state.
+    tokio::time::sleep(Duration::from_millis(400)).await;
+    server.kill();
+    server = TestServer::start_in_with_args(
+        &data_dir,
+        &["--barrier-interval-ms", "100", "--workers", "3"],
+    );
+    client = server.connect().await;
+    client
+        .batch_execute("ALTER MATERIALIZED VIEW per_auction SET PARALLELISM = 2")
+        .await
+        .unwrap();
+    wait_for_source_jobs(&client).await;
+    for (name, query, reference, source) in VIEWS {
+        let streamed = view_rows(&client, &format!("SELECT * FROM {name}")).await;
+        let expected = batch(reference.unwrap_or(query), source).await;
+        assert_same(&format!("{name} after rescaling"), &streamed, &expected);
+    }
+    let err = client
+        .batch_execute("ALTER MATERIALIZED VIEW per_auction SET PARALLELISM = 0")
+        .await
+        .unwrap_err();
+    assert_eq!(err.code().map(|c| c.code()), Some("22023"));
+    let err = client
+        .batch_execute("ALTER MATERIALIZED VIEW nothing_here SET PARALLELISM = 2")
+        .await
+        .unwrap_err();
+    assert_eq!(err.code().map(|c| c.code()), Some("42P01"));
+}

@@ -250,6 +250,22 @@ impl Catalog {
         Ok(rel)
     }
 
+    /// Records a job's new parallelism (`ALTER ... SET PARALLELISM`).
+    pub fn set_parallelism(&self, name: &str, parallelism: usize) -> Result<Relation> {
+        let mut state = self.state.write();
+        let rel = state
+            .relations
+            .get_mut(name)
+            .ok_or_else(|| EddyError::undefined_table(name))?;
+        let mut updated = rel.clone();
+        updated.parallelism = Some(parallelism);
+        let mut wb = WriteBatch::default();
+        wb.put(relation_key(updated.id), encode_json(&updated)?);
+        self.store.write(wb)?;
+        *rel = updated.clone();
+        Ok(updated)
+    }
+
     /// Removes a relation. Fails if another relation depends on it.
     pub fn drop_relation(&self, name: &str) -> Result<Relation> {
         let mut state = self.state.write();

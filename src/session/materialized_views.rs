@@ -9,6 +9,7 @@ use super::ddl::{ident_name, relation_name, view_columns};
 use super::{Engine, Outcome, Session, text_rows};
 use crate::catalog::{Relation, RelationKind};
 use crate::error::{EddyError, Result, sqlstate};
+use crate::sql::alter_parallelism::AlterParallelism;
 use crate::stream::graph::{FragmentInput, StreamGraph, Terminal};
 use crate::stream::job::{JobOutput, JobStateLocation};
 use crate::stream::planner::{PlanContext, plan_job};
@@ -268,4 +269,96 @@ pub(super) fn clear_job_state(engine: &Engine, rel: &Relation) -> Result<()> {
     engine
         .store
         .delete_range(&start.to_be_bytes(), &end.to_be_bytes())
+}
+
+/// `ALTER MATERIALIZED VIEW name SET PARALLELISM = n` (or `ALTER SINK`): the job, and
+/// every job reading its view, restart from their state at the last barrier — barrier
+/// rounds are paused meanwhile, so that state is one epoch for all of them — at the new
+/// parallelism; aggregates then find each key's state in the subtask its key group now
+/// maps to. Jobs reading tables start afresh from the tables' rows, as after a restart.
+pub(super) async fn alter_parallelism(
+    engine: &Engine,
+    alter: &AlterParallelism,
+) -> Result<Outcome> {
+    let kind = if alter.kind == "SINK" {
+        RelationKind::Sink
+    } else {
+        RelationKind::MaterializedView
+    };
+    let rel = engine
+        .catalog
+        .get(&alter.name)
+        .filter(|r| r.kind == kind)
+        .ok_or_else(|| {
+            EddyError::new(
+                sqlstate::UNDEFINED_TABLE,
+                format!(
+                    "{} \"{}\" does not exist",
+                    alter.kind.to_lowercase(),
+                    alter.name
+                ),
+            )
+        })?;
+    let parallelism = alter
+        .parallelism
+        .parse::<usize>()
+        .ok()
+        .filter(|p| (1..=crate::state::MAX_PARALLELISM as usize).contains(p))
+        .ok_or_else(|| {
+            EddyError::new(
+                sqlstate::INVALID_PARAMETER_VALUE,
+                format!(
+                    "invalid parallelism \"{}\": a number from 1 to {}",
+                    alter.parallelism,
+                    crate::state::MAX_PARALLELISM
+                ),
+            )
+        })?;
+    let relations = engine.catalog.relations();
+    // The job and everything reading its view, directly or not, in creation order.
+    let mut affected = vec![rel.clone()];
+    let mut frontier = vec![rel.id];
+    while let Some(id) = frontier.pop() {
+        for r in &relations {
+            if r.depends_on.contains(&id) && !affected.iter().any(|a| a.id == r.id) {
+                frontier.push(r.id);
+                affected.push(r.clone());
+            }
+        }
+    }
+    affected.sort_by_key(|r| r.id);
+    let paused = engine.checkpoints.pause().await;
+    for r in affected.iter().rev() {
+        engine.jobs.stop_and_wait(&r.name).await;
+    }
+    engine.catalog.set_parallelism(&rel.name, parallelism)?;
+    let mut reads_changes = false;
+    for r in &affected {
+        let r = engine.catalog.get_by_id(r.id).unwrap_or_else(|| r.clone());
+        let resume = !crate::checkpoint::recovery::reads_table(&r, &relations);
+        if !resume {
+            clear_job_state(engine, &r)?;
+        }
+        let output = match r.kind {
+            RelationKind::MaterializedView => {
+                let table = engine.schema_provider.state_table_for(&r)?;
+                if !resume {
+                    table.truncate()?;
+                }
+                JobOutput::View(table)
+            }
+            _ => JobOutput::blackhole(&r.options)?,
+        };
+        let p = r.parallelism.unwrap_or(engine.jobs.worker_count());
+        let (_, graph) = plan_graph(engine, &r.definition, p, r.emit_on_window_close).await?;
+        reads_changes |= spawn_job(engine, &r, &graph, output, resume)?;
+    }
+    std::mem::drop(paused);
+    if reads_changes {
+        engine.checkpoints.run_round().await;
+    }
+    Ok(Outcome::Command(format!(
+        "ALTER_{}",
+        alter.kind.replace(' ', "_")
+    )))
 }

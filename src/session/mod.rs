@@ -473,6 +473,9 @@ impl Session {
             }
             // A barrier through every job: earlier writes are then in every view.
             EddyStatement::AlterSystem(alter) => system_params::alter(&self.engine, &alter),
+            EddyStatement::AlterParallelism(alter) => {
+                materialized_views::alter_parallelism(&self.engine, &alter).await
+            }
             EddyStatement::Flush => {
                 self.engine.checkpoints.run_round().await;
                 Ok(Outcome::Command("FLUSH".into()))

@@ -4,6 +4,7 @@
 //! `CREATE USER name WITH PASSWORD '...'` is parsed here instead) and knows nothing of
 //! sources (`CREATE SOURCE`, `DROP SOURCE`, in [`source`]).
 
+pub mod alter_parallelism;
 pub mod alter_system;
 pub mod sink;
 pub mod source;
@@ -37,6 +38,8 @@ pub enum EddyStatement {
     Flush,
     /// `ALTER SYSTEM SET name = value`.
     AlterSystem(alter_system::AlterSystem),
+    /// `ALTER {MATERIALIZED VIEW | SINK} name SET PARALLELISM = n`.
+    AlterParallelism(alter_parallelism::AlterParallelism),
     /// `CREATE TABLE` with `WATERMARK FOR` or `APPEND ONLY`.
     CreateTable(table_extras::CreateTableExtras),
     /// `[EXPLAIN] CREATE MATERIALIZED VIEW ... EMIT ON WINDOW CLOSE`: the statement
@@ -130,6 +133,9 @@ pub fn parse_eddy_statement(sql: &str) -> Option<Result<EddyStatement>> {
         .eq_ignore_ascii_case("flush")
     {
         return Some(Ok(EddyStatement::Flush));
+    }
+    if let Some(alter) = alter_parallelism::parse(sql) {
+        return Some(alter.map(EddyStatement::AlterParallelism));
     }
     if let Some(alter) = alter_system::parse(sql) {
         return Some(alter.map(EddyStatement::AlterSystem));

@@ -219,6 +219,18 @@ impl JobRegistry {
         }
     }
 
+    /// Stops a job and waits until every one of its tasks has ended (so none of them
+    /// touches the view or its change log any more).
+    pub async fn stop_and_wait(&self, name: &str) {
+        let Some(job) = self.jobs.lock().get(name).cloned() else {
+            return;
+        };
+        self.stop(name);
+        while job.running_tasks.load(Ordering::SeqCst) > 0 {
+            let _ = tokio::time::timeout(Duration::from_millis(20), self.notify.notified()).await;
+        }
+    }
+
     /// Injects the barrier of `epoch` into every running job and waits until each has
     /// passed it to its output: every write made before the call is then in every view.
     /// The checkpoint coordinator calls this, one epoch at a time. Returns the names of
