@@ -437,3 +437,115 @@ async fn rescaling_moves_key_groups_and_results_stay_exact() {
         .unwrap_err();
     assert_eq!(err.code().map(|c| c.code()), Some("42P01"));
 }
+
+/// A task that fails makes its job restart from the last checkpoint without a server
+/// restart, while other jobs go on; a job that keeps failing is left failed after a few
+/// restarts, its error visible.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_failed_job_restarts_from_its_checkpoint_and_others_go_on() {
+    let temp = tempfile::tempdir().unwrap();
+    let files = temp.path().join("files");
+    std::fs::create_dir(&files).unwrap();
+    let mut expected: std::collections::BTreeMap<i64, (i64, i64)> = Default::default();
+    for (file, range) in [("a.csv", 1..=3000), ("b.csv", 3001..=5000)] {
+        let mut text = String::from("k,v\n");
+        for k in range {
+            text.push_str(&format!("{k},{}\n", k * 3));
+            let e = expected.entry(k % 10).or_default();
+            e.0 += 1;
+            e.1 += k * 3;
+        }
+        std::fs::write(files.join(file), text).unwrap();
+    }
+    let server = TestServer::start_with_args(&["--barrier-interval-ms", "100"]);
+    let client = server.connect().await;
+    client
+        .batch_execute(&format!(
+            "SET streaming_parallelism = 2;
+             CREATE SOURCE f (k BIGINT, v BIGINT) WITH (connector = 'file', path = '{}') FORMAT PLAIN ENCODE CSV;
+             CREATE TABLE t (k INT PRIMARY KEY);
+             CREATE MATERIALIZED VIEW t_count AS SELECT count(*) AS n FROM t;
+             CREATE TABLE d (x INT);
+             CREATE MATERIALIZED VIEW broken AS SELECT 10 / x AS q FROM d;",
+            files.display()
+        ))
+        .await
+        .unwrap();
+    // b.csv is unreadable (not UTF-8) until it is written again.
+    let good_b = std::fs::read(files.join("b.csv")).unwrap();
+    std::fs::write(files.join("b.csv"), b"k,v\n\xff\xfe\n").unwrap();
+    client
+        .batch_execute("CREATE MATERIALIZED VIEW totals AS SELECT k % 10 AS g, count(*) AS n, sum(v) AS s FROM f GROUP BY k % 10")
+        .await
+        .unwrap();
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        let seen = view_rows(
+            &client,
+            "SELECT coalesce(error, last_failure) FROM eddy_catalog.jobs WHERE name = 'totals'",
+        )
+        .await;
+        if seen.len() == 1 && seen[0][0].contains("UTF-8") {
+            break;
+        }
+        assert!(Instant::now() < deadline, "the failure shows: {seen:?}");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    std::fs::write(files.join("b.csv"), good_b).unwrap();
+
+    // Meanwhile another job keeps working.
+    client
+        .batch_execute("INSERT INTO t VALUES (1), (2), (3); FLUSH")
+        .await
+        .unwrap();
+    assert_eq!(
+        view_rows(&client, "SELECT n FROM t_count").await,
+        vec![vec!["3".to_string()]]
+    );
+
+    loop {
+        let state = view_rows(
+            &client,
+            "SELECT state, restarts, last_failure, error FROM eddy_catalog.jobs WHERE name = 'totals'",
+        )
+        .await;
+        if state.len() == 1 && state[0][0] == "finished" {
+            assert_ne!(state[0][1], "0", "the job was restarted: {state:?}");
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "totals did not finish: {state:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let rows: Vec<Vec<String>> = expected
+        .iter()
+        .map(|(g, (n, s))| vec![g.to_string(), n.to_string(), s.to_string()])
+        .collect();
+    let mut rows = rows;
+    rows.sort();
+    assert_eq!(view_rows(&client, "SELECT * FROM totals").await, rows);
+
+    // A job that fails on every try is left failed after its restarts.
+    client
+        .batch_execute("INSERT INTO d VALUES (0); FLUSH")
+        .await
+        .unwrap();
+    loop {
+        let state = view_rows(
+            &client,
+            "SELECT state, restarts, error FROM eddy_catalog.jobs WHERE name = 'broken'",
+        )
+        .await;
+        if state.len() == 1 && state[0][0] == "failed" && state[0][1] == "3" {
+            assert!(state[0][2].contains("Divide by zero"), "{state:?}");
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "broken was not left failed: {state:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}

@@ -2,7 +2,8 @@
 //!
 //! - `eddy_catalog.jobs`: every streaming job (one per materialized view) with its state
 //!   (`running`, `finished` once a bounded source is exhausted, `failed`), the rows it has
-//!   read and written, and when it started and finished. Tests and benchmarks wait on it.
+//!   read and written, and when it started and finished; how often it was restarted after
+//!   a failure, and that failure. Tests and benchmarks wait on it.
 //! - `eddy_catalog.tasks`: every task of every running job — fragment, subtask, slot,
 //!   worker, the operators chained in it, rows in and out, and the share of its time it
 //!   was busy, backpressured (waiting to send) and idle (waiting for input).
@@ -141,6 +142,8 @@ fn jobs_schema() -> SchemaRef {
         Field::new("started", ts.clone(), false),
         Field::new("finished", ts, true),
         Field::new("error", DataType::Utf8, true),
+        Field::new("restarts", DataType::Int64, false),
+        Field::new("last_failure", DataType::Utf8, true),
     ]))
 }
 
@@ -183,6 +186,13 @@ fn jobs_rows(sources: &SystemSources, schema: SchemaRef) -> DFResult<RecordBatch
             ),
             Arc::new(StringArray::from_iter(
                 jobs.iter().map(|j| j.error.lock().clone()),
+            )),
+            Arc::new(Int64Array::from_iter_values(
+                jobs.iter()
+                    .map(|j| j.restarts.load(Ordering::Relaxed) as i64),
+            )),
+            Arc::new(StringArray::from_iter(
+                jobs.iter().map(|j| j.last_failure.lock().clone()),
             )),
         ],
     )?)

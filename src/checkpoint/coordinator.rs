@@ -69,6 +69,8 @@ pub struct Coordinator {
     committed: AtomicU64,
     history: Mutex<VecDeque<CheckpointRecord>>,
     to_upload: UnboundedSender<Staged>,
+    /// Held while local checkpoints are deleted, and by whoever reads one (failover).
+    staging_lock: tokio::sync::Mutex<()>,
     uploads: Mutex<Option<UnboundedReceiver<Staged>>>,
 }
 
@@ -111,6 +113,7 @@ impl Coordinator {
             committed: AtomicU64::new(committed),
             history: Mutex::new(VecDeque::new()),
             to_upload,
+            staging_lock: tokio::sync::Mutex::new(()),
             uploads: Mutex::new(Some(uploads)),
         }
     }
@@ -126,6 +129,15 @@ impl Coordinator {
     /// The last epoch whose checkpoint is committed (its manifest uploaded).
     pub fn committed_epoch(&self) -> u64 {
         self.committed.load(Ordering::SeqCst)
+    }
+
+    pub fn storage(&self) -> &Arc<CheckpointStorage> {
+        &self.storage
+    }
+
+    /// Keeps the local checkpoints in place while the guard lives.
+    pub async fn hold_staging(&self) -> tokio::sync::MutexGuard<'_, ()> {
+        self.staging_lock.lock().await
     }
 
     /// Recent checkpoints, oldest first.
@@ -381,7 +393,9 @@ async fn upload_loop(coordinator: Weak<Coordinator>, mut uploads: UnboundedRecei
                     state_bytes: manifest.state_bytes(),
                     error: None,
                 });
+                let held = coordinator.staging_lock.lock().await;
                 coordinator.remove_staged_before(staged.epoch);
+                std::mem::drop(held);
                 if let Err(e) = coordinator.collect_garbage(known).await {
                     tracing::warn!("checkpoint garbage collection failed: {e}");
                 }

@@ -79,20 +79,29 @@ fn install(checkpoint: &Path, state_dir: &Path) -> Result<()> {
     Ok(())
 }
 
+/// A committed checkpoint's manifest and a local directory with its files: the staging
+/// copy when complete, otherwise a download under `<data-dir>/restore`.
+pub async fn fetch(
+    config: &Config,
+    storage: &CheckpointStorage,
+    epoch: u64,
+) -> Result<(Manifest, PathBuf)> {
+    let manifest = read_manifest(storage, epoch).await?;
+    let staged = staging_dir(&config.data_dir).join(epoch_dir_name(epoch));
+    if complete(&staged, &manifest) {
+        return Ok((manifest, staged));
+    }
+    let dir = config.data_dir.join("restore").join(epoch_dir_name(epoch));
+    download(storage, &manifest, &dir).await?;
+    Ok((manifest, dir))
+}
+
 /// Finds and fetches the last committed checkpoint, before the state store opens.
 pub async fn prepare(config: &Config, storage: &CheckpointStorage) -> Result<Option<Restored>> {
     let Some(epoch) = latest_epoch(storage).await? else {
         return Ok(None);
     };
-    let manifest = read_manifest(storage, epoch).await?;
-    let staged = staging_dir(&config.data_dir).join(epoch_dir_name(epoch));
-    let dir = if complete(&staged, &manifest) {
-        staged
-    } else {
-        let dir = config.data_dir.join("restore").join(epoch_dir_name(epoch));
-        download(storage, &manifest, &dir).await?;
-        dir
-    };
+    let (manifest, dir) = fetch(config, storage, epoch).await?;
     let state_dir = config.data_dir.join("state");
     let whole_database = !state_dir.join("CURRENT").exists();
     if whole_database {
@@ -145,6 +154,17 @@ pub fn restore_job_state(
     if restored.whole_database {
         return Ok(());
     }
+    restore_relations(store, &restored.dir, restored.manifest.epoch, relations)
+}
+
+/// Replaces the view rows and internal state of the given materialized views and sinks
+/// with a checkpoint's (`dir`, of `epoch`).
+pub fn restore_relations(
+    store: &StateStore,
+    dir: &Path,
+    epoch: u64,
+    relations: &[Relation],
+) -> Result<()> {
     let mut ranges = Vec::new();
     for r in relations {
         if !matches!(r.kind, RelationKind::MaterializedView | RelationKind::Sink) {
@@ -157,7 +177,7 @@ pub fn restore_job_state(
         let (start, end) = internal_table_range(r.id);
         ranges.push((start.to_be_bytes().to_vec(), end.to_be_bytes().to_vec()));
     }
-    let keys = store.restore_ranges(&restored.dir, &ranges)?;
-    tracing::info!(keys, epoch = restored.manifest.epoch, "job state restored");
+    let keys = store.restore_ranges(dir, &ranges)?;
+    tracing::info!(keys, epoch, "job state restored");
     Ok(())
 }

@@ -101,7 +101,7 @@ pub(super) async fn start_job(
 
 /// Starts a job; returns whether it reads tables or views (whose current rows then
 /// reach it at the next barrier).
-fn spawn_job(
+pub(super) fn spawn_job(
     engine: &Engine,
     rel: &Relation,
     graph: &StreamGraph,

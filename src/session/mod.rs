@@ -12,6 +12,7 @@ mod column_names;
 mod copy;
 mod ddl;
 pub mod drop;
+mod failover;
 mod functions;
 pub mod materialized_views;
 mod pg_semantics;
@@ -181,6 +182,9 @@ impl Engine {
             parser: PostgresCompatibilityParser::new(),
         });
         system_params::load(&engine)?;
+        if tokio::runtime::Handle::try_current().is_ok() {
+            failover::start(&engine);
+        }
         Ok(engine)
     }
 

@@ -40,17 +40,22 @@ pub(super) async fn create(session: &Session, sink: CreateSink) -> Result<Outcom
             ));
         }
     }
+    // The query gets the rewrites every statement gets (TUMBLE and HOP in FROM).
+    let query = match engine.parse(&sink.query)?.as_slice() {
+        [statement] => statement.to_string(),
+        _ => return Err(EddyError::syntax("a sink's query is one SELECT")),
+    };
     let parallelism = session.streaming_parallelism()?;
     let (plan, graph) =
-        super::materialized_views::plan_graph(engine, &sink.query, parallelism, false).await?;
+        super::materialized_views::plan_graph(engine, &query, parallelism, false).await?;
     let rel = engine.catalog.create_relation(Relation {
         id: 0,
         name: sink.name.clone(),
         kind: RelationKind::Sink,
         columns: vec![],
         primary_key: vec![],
-        definition: sink.query.clone(),
-        depends_on: super::materialized_views::dependencies(engine, &sink.query, &plan)?,
+        definition: query.clone(),
+        depends_on: super::materialized_views::dependencies(engine, &query, &plan)?,
         options: sink.options.clone(),
         watermark: None,
         parallelism: Some(parallelism),

@@ -20,7 +20,7 @@ use std::collections::{BTreeMap, HashSet};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::time::{Duration, SystemTime};
-use tokio::sync::mpsc::{UnboundedSender, channel, unbounded_channel};
+use tokio::sync::mpsc::{UnboundedReceiver, UnboundedSender, channel, unbounded_channel};
 use tokio::sync::{Notify, watch};
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -73,6 +73,10 @@ pub struct JobInfo {
     pub started: SystemTime,
     pub finished: Mutex<Option<SystemTime>>,
     pub tasks: Vec<Arc<TaskInfo>>,
+    /// How many times the job was restarted after failing, and the error that made it
+    /// restart last.
+    pub restarts: AtomicU64,
+    pub last_failure: Mutex<Option<String>>,
     /// Source split offsets as of the last barrier: `fragment/split` → rows read.
     pub positions: Mutex<BTreeMap<String, u64>>,
     stopped: AtomicBool,
@@ -88,6 +92,8 @@ pub struct JobInfo {
     /// Tables the job reads changes from: barriers are injected into their change logs.
     tables: Vec<Arc<StateTable>>,
     registry_notify: Arc<Notify>,
+    /// Where a failed job's name is sent, for the failover supervisor.
+    failures: UnboundedSender<String>,
 }
 
 impl JobInfo {
@@ -132,6 +138,9 @@ impl JobInfo {
                 };
                 *self.state.lock() = state;
                 *self.finished.lock() = Some(SystemTime::now());
+                if state == JobState::Failed {
+                    let _ = self.failures.send(self.name.clone());
+                }
             }
             self.registry_notify.notify_waiters();
         }
@@ -183,15 +192,30 @@ pub struct JobRegistry {
     jobs: Mutex<BTreeMap<String, Arc<JobInfo>>>,
     workers: Workers,
     notify: Arc<Notify>,
+    failures: UnboundedSender<String>,
+    failed_jobs: Mutex<Option<UnboundedReceiver<String>>>,
 }
 
 impl JobRegistry {
     pub fn new(workers: usize, slots_per_worker: usize) -> std::io::Result<Self> {
+        let (failures, failed_jobs) = unbounded_channel();
         Ok(Self {
+            failures,
+            failed_jobs: Mutex::new(Some(failed_jobs)),
             jobs: Mutex::new(BTreeMap::new()),
             workers: Workers::start(workers, slots_per_worker)?,
             notify: Arc::new(Notify::new()),
         })
+    }
+
+    /// Reports a job as failed again (its restart did not succeed).
+    pub fn report_failure(&self, name: &str) {
+        let _ = self.failures.send(name.to_string());
+    }
+
+    /// The names of jobs as they fail (once: for the failover supervisor).
+    pub fn take_failures(&self) -> Option<UnboundedReceiver<String>> {
+        self.failed_jobs.lock().take()
     }
 
     pub fn worker_count(&self) -> usize {
@@ -219,13 +243,15 @@ impl JobRegistry {
         }
     }
 
-    /// Stops a job and waits until every one of its tasks has ended (so none of them
-    /// touches the view or its change log any more).
+    /// Stops a job that is about to be started again and waits until every one of its
+    /// tasks has ended (so none of them touches the view or its change log any more). The
+    /// job stays listed, in its last state, until its new run replaces it.
     pub async fn stop_and_wait(&self, name: &str) {
         let Some(job) = self.jobs.lock().get(name).cloned() else {
             return;
         };
-        self.stop(name);
+        job.stopped.store(true, Ordering::SeqCst);
+        job.stop_signal.send_replace(true);
         while job.running_tasks.load(Ordering::SeqCst) > 0 {
             let _ = tokio::time::timeout(Duration::from_millis(20), self.notify.notified()).await;
         }
@@ -507,6 +533,8 @@ impl JobRegistry {
             started: SystemTime::now(),
             finished: Mutex::new(None),
             tasks: infos,
+            restarts: AtomicU64::new(0),
+            last_failure: Mutex::new(None),
             positions: Mutex::new(BTreeMap::new()),
             stopped: AtomicBool::new(false),
             stop_signal,
@@ -515,6 +543,7 @@ impl JobRegistry {
             injectors,
             tables,
             registry_notify: self.notify.clone(),
+            failures: self.failures.clone(),
         });
         self.stop(name);
         self.jobs.lock().insert(name.to_string(), job.clone());

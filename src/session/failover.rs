@@ -1,0 +1,157 @@
+//! Failover: a job whose task fails restarts from the last committed checkpoint, without
+//! restarting the server — as Flink's region failover does.
+//!
+//! The jobs connected to the failed one through the views they read or feed (its
+//! "region") stop together, get their state back from the checkpoint (jobs reading tables
+//! start afresh from the tables' rows instead, as after a server restart) and restart,
+//! with barrier rounds paused so that the whole region resumes at one epoch. Jobs outside
+//! the region keep running. A job is restarted at most [`MAX_RESTARTS`] times, waiting
+//! longer each time; then it stays `failed`, with its error in `eddy_catalog.jobs`.
+
+use super::Engine;
+use super::materialized_views::{clear_job_state, plan_graph, spawn_job};
+use crate::catalog::{Relation, RelationKind};
+use crate::error::Result;
+use crate::stream::job::JobOutput;
+use std::collections::HashMap;
+use std::sync::{Arc, Weak};
+use std::time::Duration;
+
+/// Restarts of one job before it is left failed.
+pub const MAX_RESTARTS: u64 = 3;
+const FIRST_DELAY: Duration = Duration::from_millis(500);
+
+/// Starts the supervisor that restarts failed jobs (on the current tokio runtime).
+pub fn start(engine: &Arc<Engine>) {
+    let Some(mut failures) = engine.jobs.take_failures() else {
+        return;
+    };
+    let engine: Weak<Engine> = Arc::downgrade(engine);
+    tokio::spawn(async move {
+        let mut attempts: HashMap<String, u64> = HashMap::new();
+        while let Some(name) = failures.recv().await {
+            let attempt = attempts.entry(name.clone()).or_insert(0);
+            *attempt += 1;
+            if *attempt > MAX_RESTARTS {
+                tracing::warn!(job = %name, "job failed {MAX_RESTARTS} restarts; left failed");
+                continue;
+            }
+            let attempt = *attempt;
+            tokio::time::sleep(FIRST_DELAY * 2u32.pow(attempt as u32 - 1)).await;
+            let Some(engine) = engine.upgrade() else {
+                return;
+            };
+            match restart_region(&engine, &name, attempt).await {
+                Ok(()) => tracing::info!(job = %name, attempt, "job restarted from its checkpoint"),
+                Err(e) => {
+                    tracing::warn!(job = %name, "cannot restart the job: {e}");
+                    engine.jobs.report_failure(&name);
+                }
+            }
+        }
+    });
+}
+
+/// The materialized views and sinks connected to `start` through `depends_on`, in
+/// creation order.
+fn region(start: &Relation, relations: &[Relation]) -> Vec<Relation> {
+    let is_job =
+        |r: &Relation| matches!(r.kind, RelationKind::MaterializedView | RelationKind::Sink);
+    let mut found = vec![start.clone()];
+    let mut frontier = vec![start.clone()];
+    while let Some(current) = frontier.pop() {
+        for r in relations.iter().filter(|r| is_job(r)) {
+            let linked = r.depends_on.contains(&current.id) || current.depends_on.contains(&r.id);
+            if linked && !found.iter().any(|f| f.id == r.id) {
+                found.push(r.clone());
+                frontier.push(r.clone());
+            }
+        }
+    }
+    found.sort_by_key(|r| r.id);
+    found
+}
+
+async fn restart_region(engine: &Engine, name: &str, attempt: u64) -> Result<()> {
+    let relations = engine.catalog.relations();
+    let Some(failed) = relations.iter().find(|r| r.name == name).cloned() else {
+        return Ok(()); // dropped meanwhile
+    };
+    let jobs = region(&failed, &relations);
+    let failure = engine
+        .jobs
+        .jobs()
+        .into_iter()
+        .find(|j| j.name == name)
+        .and_then(|j| j.error.lock().clone());
+    let paused = engine.checkpoints.pause().await;
+    for r in jobs.iter().rev() {
+        engine.jobs.stop_and_wait(&r.name).await;
+    }
+    let staging = engine.checkpoints.hold_staging().await;
+    let committed = engine.checkpoints.committed_epoch();
+    let checkpoint = if committed > 0 {
+        Some(
+            crate::checkpoint::recovery::fetch(
+                &engine.config,
+                engine.checkpoints.storage(),
+                committed,
+            )
+            .await?,
+        )
+    } else {
+        None
+    };
+    let resumable: Vec<Relation> = jobs
+        .iter()
+        .filter(|r| {
+            checkpoint
+                .as_ref()
+                .is_some_and(|(m, _)| m.jobs.contains(&r.name))
+                && !crate::checkpoint::recovery::reads_table(r, &relations)
+        })
+        .cloned()
+        .collect();
+    if let Some((manifest, dir)) = &checkpoint {
+        crate::checkpoint::recovery::restore_relations(
+            &engine.store,
+            dir,
+            manifest.epoch,
+            &resumable,
+        )?;
+    }
+    std::mem::drop(staging);
+    let mut reads_changes = false;
+    for r in &jobs {
+        let resume = resumable.iter().any(|x| x.id == r.id);
+        if !resume {
+            clear_job_state(engine, r)?;
+        }
+        let output = match r.kind {
+            RelationKind::MaterializedView => {
+                let table = engine.schema_provider.state_table_for(r)?;
+                if !resume {
+                    table.truncate()?;
+                }
+                JobOutput::View(table)
+            }
+            _ => JobOutput::blackhole(&r.options)?,
+        };
+        let parallelism = r.parallelism.unwrap_or(engine.jobs.worker_count());
+        let (_, graph) =
+            plan_graph(engine, &r.definition, parallelism, r.emit_on_window_close).await?;
+        reads_changes |= spawn_job(engine, r, &graph, output, resume)?;
+        if r.id == failed.id
+            && let Some(job) = engine.jobs.jobs().into_iter().find(|j| j.name == r.name)
+        {
+            job.restarts
+                .store(attempt, std::sync::atomic::Ordering::Relaxed);
+            *job.last_failure.lock() = failure.clone();
+        }
+    }
+    std::mem::drop(paused);
+    if reads_changes {
+        engine.checkpoints.run_round().await;
+    }
+    Ok(())
+}
