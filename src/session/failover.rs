@@ -9,10 +9,9 @@
 //! longer each time; then it stays `failed`, with its error in `eddy_catalog.jobs`.
 
 use super::Engine;
-use super::materialized_views::{clear_job_state, plan_graph, spawn_job};
+use super::materialized_views::restart_job;
 use crate::catalog::{Relation, RelationKind};
 use crate::error::Result;
-use crate::stream::job::JobOutput;
 use std::collections::HashMap;
 use std::sync::{Arc, Weak};
 use std::time::Duration;
@@ -124,23 +123,7 @@ async fn restart_region(engine: &Engine, name: &str, attempt: u64) -> Result<()>
     let mut reads_changes = false;
     for r in &jobs {
         let resume = resumable.iter().any(|x| x.id == r.id);
-        if !resume {
-            clear_job_state(engine, r)?;
-        }
-        let output = match r.kind {
-            RelationKind::MaterializedView => {
-                let table = engine.schema_provider.state_table_for(r)?;
-                if !resume {
-                    table.truncate()?;
-                }
-                JobOutput::View(table)
-            }
-            _ => JobOutput::blackhole(&r.options)?,
-        };
-        let parallelism = r.parallelism.unwrap_or(engine.jobs.worker_count());
-        let (_, graph) =
-            plan_graph(engine, &r.definition, parallelism, r.emit_on_window_close).await?;
-        reads_changes |= spawn_job(engine, r, &graph, output, resume)?;
+        reads_changes |= restart_job(engine, r, resume).await?;
         if r.id == failed.id
             && let Some(job) = engine.jobs.jobs().into_iter().find(|j| j.name == r.name)
         {

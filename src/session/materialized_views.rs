@@ -226,35 +226,19 @@ pub async fn restart_all(engine: &Engine) -> Result<()> {
     relations.sort_by_key(|r| r.id);
     let paused = engine.checkpoints.pause().await;
     let mut reads_changes = false;
-    for rel in relations.iter().cloned() {
+    for rel in &relations {
+        if !matches!(
+            rel.kind,
+            RelationKind::MaterializedView | RelationKind::Sink
+        ) {
+            continue;
+        }
         let resume = engine
             .restored
             .as_ref()
             .is_some_and(|m| m.jobs.contains(&rel.name))
-            && !crate::checkpoint::recovery::reads_table(&rel, &relations);
-        if !resume {
-            clear_job_state(engine, &rel)?;
-        }
-        let output = match rel.kind {
-            RelationKind::MaterializedView => {
-                let table = engine.schema_provider.state_table_for(&rel)?;
-                if !resume {
-                    table.truncate()?;
-                }
-                JobOutput::View(table)
-            }
-            RelationKind::Sink => JobOutput::blackhole(&rel.options)?,
-            _ => continue,
-        };
-        let parallelism = rel.parallelism.unwrap_or(engine.jobs.worker_count());
-        let (_, graph) = plan_graph(
-            engine,
-            &rel.definition,
-            parallelism,
-            rel.emit_on_window_close,
-        )
-        .await?;
-        reads_changes |= spawn_job(engine, &rel, &graph, output, resume)?;
+            && !crate::checkpoint::recovery::reads_table(rel, &relations);
+        reads_changes |= restart_job(engine, rel, resume).await?;
     }
     std::mem::drop(paused);
     if reads_changes {
@@ -269,6 +253,34 @@ pub(super) fn clear_job_state(engine: &Engine, rel: &Relation) -> Result<()> {
     engine
         .store
         .delete_range(&start.to_be_bytes(), &end.to_be_bytes())
+}
+
+/// Starts a materialized view's or sink's job again: from the state it has in the store
+/// (`resume`), or afresh with its view emptied and its internal state deleted. Returns
+/// whether the job reads tables or views (a barrier then brings their rows in).
+pub(super) async fn restart_job(engine: &Engine, rel: &Relation, resume: bool) -> Result<bool> {
+    if !resume {
+        clear_job_state(engine, rel)?;
+    }
+    let output = match rel.kind {
+        RelationKind::MaterializedView => {
+            let table = engine.schema_provider.state_table_for(rel)?;
+            if !resume {
+                table.truncate()?;
+            }
+            JobOutput::View(table)
+        }
+        _ => JobOutput::blackhole(&rel.options)?,
+    };
+    let parallelism = rel.parallelism.unwrap_or(engine.jobs.worker_count());
+    let (_, graph) = plan_graph(
+        engine,
+        &rel.definition,
+        parallelism,
+        rel.emit_on_window_close,
+    )
+    .await?;
+    spawn_job(engine, rel, &graph, output, resume)
 }
 
 /// `ALTER MATERIALIZED VIEW name SET PARALLELISM = n` (or `ALTER SINK`): the job, and
@@ -336,22 +348,7 @@ pub(super) async fn alter_parallelism(
     for r in &affected {
         let r = engine.catalog.get_by_id(r.id).unwrap_or_else(|| r.clone());
         let resume = !crate::checkpoint::recovery::reads_table(&r, &relations);
-        if !resume {
-            clear_job_state(engine, &r)?;
-        }
-        let output = match r.kind {
-            RelationKind::MaterializedView => {
-                let table = engine.schema_provider.state_table_for(&r)?;
-                if !resume {
-                    table.truncate()?;
-                }
-                JobOutput::View(table)
-            }
-            _ => JobOutput::blackhole(&r.options)?,
-        };
-        let p = r.parallelism.unwrap_or(engine.jobs.worker_count());
-        let (_, graph) = plan_graph(engine, &r.definition, p, r.emit_on_window_close).await?;
-        reads_changes |= spawn_job(engine, &r, &graph, output, resume)?;
+        reads_changes |= restart_job(engine, &r, resume).await?;
     }
     std::mem::drop(paused);
     if reads_changes {
