@@ -140,6 +140,26 @@ async fn batch(query: &str, source: &str) -> Vec<Vec<String>> {
     .await
 }
 
+/// Creates every view of [`VIEWS`].
+async fn create_views(client: &tokio_postgres::Client) {
+    for (name, query, ..) in VIEWS {
+        client
+            .batch_execute(&format!("CREATE MATERIALIZED VIEW {name} AS {query}"))
+            .await
+            .unwrap_or_else(|e| panic!("creating {name}: {e}"));
+    }
+}
+
+/// Every view of [`VIEWS`] equals its query computed in batch over the same events.
+async fn assert_views_match_batch(client: &tokio_postgres::Client, when: &str) {
+    for (name, query, reference, source) in VIEWS {
+        let streamed = view_rows(client, &format!("SELECT * FROM {name}")).await;
+        let expected = batch(reference.unwrap_or(query), source).await;
+        assert!(!expected.is_empty(), "{name}: the batch query has rows");
+        assert_same(&format!("{name} {when}"), &streamed, &expected);
+    }
+}
+
 /// Waits until every job over a source has finished (views over tables never do).
 async fn wait_for_source_jobs(client: &tokio_postgres::Client) {
     let deadline = Instant::now() + Duration::from_secs(180);
@@ -186,12 +206,7 @@ async fn kill_loop(scenario: Scenario) {
         ))
         .await
         .unwrap();
-    for (name, query, ..) in VIEWS {
-        client
-            .batch_execute(&format!("CREATE MATERIALIZED VIEW {name} AS {query}"))
-            .await
-            .unwrap_or_else(|e| panic!("creating {name}: {e}"));
-    }
+    create_views(&client).await;
 
     let seed: u64 = std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
@@ -217,12 +232,7 @@ async fn kill_loop(scenario: Scenario) {
     }
     wait_for_source_jobs(&client).await;
 
-    for (name, query, reference, source) in VIEWS {
-        let streamed = view_rows(&client, &format!("SELECT * FROM {name}")).await;
-        let expected = batch(reference.unwrap_or(query), source).await;
-        assert!(!expected.is_empty(), "{name}: the batch query has rows");
-        assert_same(&format!("{name} after {KILLS} kills"), &streamed, &expected);
-    }
+    assert_views_match_batch(&client, &format!("after {KILLS} kills")).await;
 
     // Rows committed before a kill survive it, unless the data dir itself was lost.
     let table = view_rows(&client, "SELECT k FROM t ORDER BY k").await;
@@ -377,12 +387,7 @@ async fn rescaling_moves_key_groups_and_results_stay_exact() {
         .batch_execute(&format!("SET streaming_parallelism = 1; {BIDS}; {ROWS}"))
         .await
         .unwrap();
-    for (name, query, ..) in VIEWS {
-        client
-            .batch_execute(&format!("CREATE MATERIALIZED VIEW {name} AS {query}"))
-            .await
-            .unwrap_or_else(|e| panic!("creating {name}: {e}"));
-    }
+    create_views(&client).await;
     let subtasks = |job: &'static str| {
         format!(
             "SELECT count(*) FROM eddy_catalog.tasks WHERE job = '{job}' AND operators LIKE '%HashAgg%'"
@@ -421,11 +426,7 @@ async fn rescaling_moves_key_groups_and_results_stay_exact() {
         .await
         .unwrap();
     wait_for_source_jobs(&client).await;
-    for (name, query, reference, source) in VIEWS {
-        let streamed = view_rows(&client, &format!("SELECT * FROM {name}")).await;
-        let expected = batch(reference.unwrap_or(query), source).await;
-        assert_same(&format!("{name} after rescaling"), &streamed, &expected);
-    }
+    assert_views_match_batch(&client, "after rescaling").await;
     let err = client
         .batch_execute("ALTER MATERIALIZED VIEW per_auction SET PARALLELISM = 0")
         .await
