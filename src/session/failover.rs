@@ -53,7 +53,7 @@ pub fn start(engine: &Arc<Engine>) {
 
 /// The materialized views and sinks connected to `start` through `depends_on`, in
 /// creation order.
-fn region(start: &Relation, relations: &[Relation]) -> Vec<Relation> {
+pub(super) fn region(start: &Relation, relations: &[Relation]) -> Vec<Relation> {
     let is_job =
         |r: &Relation| matches!(r.kind, RelationKind::MaterializedView | RelationKind::Sink);
     let mut found = vec![start.clone()];
@@ -101,14 +101,15 @@ async fn restart_region(engine: &Engine, name: &str, attempt: u64) -> Result<()>
     } else {
         None
     };
+    // The region resumes together or not at all: a job the checkpoint does not hold
+    // (it had failed, or started later) starts afresh, and so must every job it feeds or
+    // reads from.
+    let covered = checkpoint
+        .as_ref()
+        .is_some_and(|(m, _)| jobs.iter().all(|r| m.jobs.contains(&r.name)));
     let resumable: Vec<Relation> = jobs
         .iter()
-        .filter(|r| {
-            checkpoint
-                .as_ref()
-                .is_some_and(|(m, _)| m.jobs.contains(&r.name))
-                && !crate::checkpoint::recovery::reads_table(r, &relations)
-        })
+        .filter(|r| covered && !crate::checkpoint::recovery::reads_table(r, &relations))
         .cloned()
         .collect();
     if let Some((manifest, dir)) = &checkpoint {

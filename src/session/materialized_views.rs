@@ -233,11 +233,13 @@ pub async fn restart_all(engine: &Engine) -> Result<()> {
         ) {
             continue;
         }
-        let resume = engine
-            .restored
-            .as_ref()
-            .is_some_and(|m| m.jobs.contains(&rel.name))
-            && !crate::checkpoint::recovery::reads_table(rel, &relations);
+        // A job resumes only if the checkpoint holds every job of its region (the jobs
+        // it reads from or feeds): one started afresh would feed the others twice.
+        let resume = engine.restored.as_ref().is_some_and(|m| {
+            super::failover::region(rel, &relations)
+                .iter()
+                .all(|r| m.jobs.contains(&r.name))
+        }) && !crate::checkpoint::recovery::reads_table(rel, &relations);
         reads_changes |= restart_job(engine, rel, resume).await?;
     }
     std::mem::drop(paused);

@@ -260,13 +260,12 @@ impl JobRegistry {
     /// Injects the barrier of `epoch` into every running job and waits until each has
     /// passed it to its output: every write made before the call is then in every view.
     /// The checkpoint coordinator calls this, one epoch at a time. Returns the names of
-    /// every job registered when the barrier was injected (finished ones included): the
-    /// jobs whose state the epoch holds.
+    /// the jobs whose state the epoch holds: those registered when the barrier was
+    /// injected (finished ones included) that have not failed.
     pub async fn inject_and_wait(&self, epoch: u64) -> Vec<String> {
         let barrier = Barrier::new(epoch);
         let all = self.jobs();
-        let names = all.iter().map(|j| j.name.clone()).collect();
-        let jobs: Vec<Arc<JobInfo>> = all.into_iter().filter(|j| j.is_running()).collect();
+        let jobs: Vec<Arc<JobInfo>> = all.iter().filter(|j| j.is_running()).cloned().collect();
         let mut tables_done = HashSet::new();
         for job in &jobs {
             for injector in &job.injectors {
@@ -282,7 +281,12 @@ impl JobRegistry {
             // Woken by acks; the timeout covers a wake-up that raced the check.
             let _ = tokio::time::timeout(Duration::from_millis(20), self.notify.notified()).await;
         }
-        names
+        // A job that failed (before or during the round) may have written some of its
+        // tasks' state for a later barrier than others: its state is not this epoch's.
+        all.iter()
+            .filter(|j| j.error.lock().is_none() && !j.stopped.load(Ordering::SeqCst))
+            .map(|j| j.name.clone())
+            .collect()
     }
 
     /// Starts a job: builds its tasks, wires them and places them in slots. `table_of`
