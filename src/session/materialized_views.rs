@@ -93,7 +93,15 @@ pub(super) async fn start_job(
     output: JobOutput,
     resume: bool,
 ) -> Result<()> {
-    if spawn_job(engine, rel, graph, output, resume)? {
+    // Subscribing to a view's change log between barrier rounds: a view publishes its
+    // changes only at barriers, one publisher (subtask) after another, so mid-round the
+    // new job could find some publishers past the round's barrier and others not — its
+    // barriers would then stay one epoch off on those inputs, and its checkpoints would
+    // not match the view's.
+    let paused = engine.checkpoints.pause().await;
+    let reads_changes = spawn_job(engine, rel, graph, output, resume)?;
+    std::mem::drop(paused);
+    if reads_changes {
         engine.checkpoints.run_round().await;
     }
     Ok(())

@@ -179,6 +179,17 @@ impl AlignedInputs {
                     }
                 }
                 Some(Message::Barrier(b)) => {
+                    if let Some(p) = self.pending
+                        && p.epoch != b.epoch
+                    {
+                        // Inputs must join at a barrier boundary (see `start_job`);
+                        // otherwise checkpoints downstream would mix epochs.
+                        tracing::error!(
+                            held = p.epoch,
+                            arrived = b.epoch,
+                            "barriers of different epochs are being aligned"
+                        );
+                    }
                     self.held[index] = true;
                     self.ending[index] = b.is_final;
                     self.pending = Some(Barrier {
