@@ -59,6 +59,10 @@ pub struct Cli {
     /// How many committed checkpoints to keep in the state store (default 3).
     #[arg(long, env = "EDDY_CHECKPOINTS_TO_KEEP")]
     pub checkpoints_to_keep: Option<usize>,
+    /// Memory for operators' state caches, in MiB (default 256): hot aggregate groups
+    /// stay in memory, the others are read back from RocksDB when their key comes again.
+    #[arg(long, env = "EDDY_STATE_CACHE_MB")]
+    pub state_cache_mb: Option<usize>,
     /// How clients authenticate.
     #[arg(long, env = "EDDY_AUTH", value_enum)]
     pub auth: Option<AuthMode>,
@@ -67,7 +71,7 @@ pub struct Cli {
     pub root_password: Option<String>,
     /// A TOML file with any of the settings above (keys: listen, data_dir, workers,
     /// slots_per_worker, barrier_interval_ms, state_store, s3_endpoint, s3_region,
-    /// checkpoints_to_keep, auth).
+    /// checkpoints_to_keep, state_cache_mb, auth).
     #[arg(long, env = "EDDY_CONFIG")]
     pub config: Option<PathBuf>,
 }
@@ -85,6 +89,7 @@ struct FileConfig {
     s3_endpoint: Option<String>,
     s3_region: Option<String>,
     checkpoints_to_keep: Option<usize>,
+    state_cache_mb: Option<usize>,
     auth: Option<AuthMode>,
 }
 
@@ -100,6 +105,8 @@ pub struct Config {
     pub state_store: Option<String>,
     pub s3: S3Options,
     pub checkpoints_to_keep: usize,
+    /// Bytes operators may keep in their state caches (`--state-cache-mb`).
+    pub state_cache_bytes: usize,
     pub auth: AuthMode,
     pub root_password: Option<String>,
 }
@@ -114,6 +121,7 @@ pub struct S3Options {
 }
 
 pub const DEFAULT_CHECKPOINTS_TO_KEEP: usize = 3;
+pub const DEFAULT_STATE_CACHE_MB: usize = 256;
 pub const DEFAULT_LISTEN: &str = "127.0.0.1:4566";
 pub const DEFAULT_DATA_DIR: &str = "./eddy-data";
 pub const DEFAULT_SLOTS_PER_WORKER: usize = 4;
@@ -167,6 +175,11 @@ impl Config {
                 .or(file.checkpoints_to_keep)
                 .unwrap_or(DEFAULT_CHECKPOINTS_TO_KEEP)
                 .max(1),
+            state_cache_bytes: cli
+                .state_cache_mb
+                .or(file.state_cache_mb)
+                .unwrap_or(DEFAULT_STATE_CACHE_MB)
+                .saturating_mul(1 << 20),
             auth: cli.auth.or(file.auth).unwrap_or(AuthMode::Trust),
             root_password: cli.root_password,
         })
@@ -183,6 +196,7 @@ impl Config {
             state_store: None,
             s3: S3Options::default(),
             checkpoints_to_keep: DEFAULT_CHECKPOINTS_TO_KEEP,
+            state_cache_bytes: DEFAULT_STATE_CACHE_MB << 20,
             auth: AuthMode::Trust,
             root_password: None,
         }

@@ -12,4 +12,5 @@ mod durability;
 mod protocol;
 mod psql;
 mod slt;
+mod state_cache;
 mod streaming;

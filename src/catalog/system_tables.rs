@@ -10,6 +10,9 @@
 //! - `eddy_catalog.checkpoints`: recent checkpoints — epoch, start, duration, bytes and
 //!   files uploaded, total files and state size, whether committed (and why not) — and
 //!   whether each is the last committed one.
+//! - `eddy_catalog.state_cache`: one row — the memory operators' state caches may use
+//!   (`--state-cache-mb`) and use now, how many entries were evicted and read back from
+//!   RocksDB, and how many barriers came early because caches were full of changes.
 
 use crate::checkpoint::Coordinator;
 use crate::stream::job::JobRegistry;
@@ -35,6 +38,7 @@ pub const SYSTEM_SCHEMA: &str = "eddy_catalog";
 pub struct SystemSources {
     pub jobs: Arc<JobRegistry>,
     pub checkpoints: Arc<Coordinator>,
+    pub cache_budget: Arc<crate::state::CacheBudget>,
 }
 
 /// Builds a system table's rows from the running system, at scan time.
@@ -74,6 +78,7 @@ impl SystemSchema {
                 table("jobs", jobs_schema(), jobs_rows),
                 table("tasks", tasks_schema(), tasks_rows),
                 table("checkpoints", checkpoints_schema(), checkpoints_rows),
+                table("state_cache", state_cache_schema(), state_cache_rows),
             ],
         }
     }
@@ -324,6 +329,31 @@ fn checkpoints_rows(sources: &SystemSources, schema: SchemaRef) -> DFResult<Reco
             Arc::new(StringArray::from_iter(
                 history.iter().map(|c| c.error.clone()),
             )),
+        ],
+    )?)
+}
+
+fn state_cache_schema() -> SchemaRef {
+    Arc::new(Schema::new(vec![
+        Field::new("limit_bytes", DataType::Int64, false),
+        Field::new("used_bytes", DataType::Int64, false),
+        Field::new("evictions", DataType::Int64, false),
+        Field::new("loads", DataType::Int64, false),
+        Field::new("early_barriers", DataType::Int64, false),
+    ]))
+}
+
+fn state_cache_rows(sources: &SystemSources, schema: SchemaRef) -> DFResult<RecordBatch> {
+    let budget = &sources.cache_budget;
+    let column = |v: u64| Arc::new(Int64Array::from(vec![v as i64])) as arrow::array::ArrayRef;
+    Ok(RecordBatch::try_new(
+        schema,
+        vec![
+            column(budget.limit() as u64),
+            column(budget.used() as u64),
+            column(budget.evictions()),
+            column(budget.loads()),
+            column(budget.early_barriers()),
         ],
     )?)
 }

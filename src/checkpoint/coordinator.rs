@@ -75,6 +75,10 @@ pub struct Coordinator {
 }
 
 /// Where local checkpoints are staged.
+/// The least time between an early barrier (asked for by a full state cache) and the
+/// round before it: each round flushes RocksDB's memtables into a new file.
+const MIN_EARLY_BARRIER_GAP: Duration = Duration::from_millis(100);
+
 pub fn staging_dir(data_dir: &Path) -> PathBuf {
     data_dir.join("checkpoint-staging")
 }
@@ -214,7 +218,18 @@ impl Coordinator {
                 let Some(interval) = weak.upgrade().map(|c| c.barrier_interval_ms()) else {
                     return;
                 };
-                tokio::time::sleep(Duration::from_millis(interval)).await;
+                let Some(budget) = weak.upgrade().map(|c| c.store.cache_budget().clone()) else {
+                    return;
+                };
+                // A round comes every interval, or earlier when operators' caches are
+                // full of state changed since the last barrier (at most every
+                // MIN_EARLY_BARRIER_GAP).
+                tokio::select! {
+                    _ = tokio::time::sleep(Duration::from_millis(interval)) => {}
+                    _ = budget.barrier_wanted() => {
+                        tokio::time::sleep(MIN_EARLY_BARRIER_GAP).await;
+                    }
+                }
                 let Some(coordinator) = weak.upgrade() else {
                     return;
                 };

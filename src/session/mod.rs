@@ -115,7 +115,10 @@ impl Engine {
         storage: Arc<crate::checkpoint::storage::CheckpointStorage>,
         restored: Option<&crate::checkpoint::recovery::Restored>,
     ) -> Result<Arc<Self>> {
-        let store = Arc::new(StateStore::open(&config.data_dir.join("state"))?);
+        let store = Arc::new(StateStore::open(
+            &config.data_dir.join("state"),
+            config.state_cache_bytes,
+        )?);
         let catalog = Arc::new(Catalog::load(store.clone())?);
         if let Some(restored) = restored {
             crate::checkpoint::recovery::restore_job_state(&store, restored, &catalog.relations())?;
@@ -163,6 +166,7 @@ impl Engine {
                     crate::catalog::system_tables::SystemSources {
                         jobs: jobs.clone(),
                         checkpoints: checkpoints.clone(),
+                        cache_budget: store.cache_budget().clone(),
                     },
                 ))),
             )

@@ -6,12 +6,14 @@
 //! are one contiguous key range and one key group of one table is a contiguous sub-range:
 //! the unit that rescaling moves between subtasks.
 
+pub mod cache_budget;
 pub mod changelog;
 pub mod keys;
 pub mod operator_state;
 pub mod state_table;
 pub mod store;
 
+pub use cache_budget::CacheBudget;
 pub use keys::{KeyGroup, MAX_PARALLELISM, key_group_of, stable_hash};
 pub use operator_state::OperatorState;
 pub use state_table::StateTable;

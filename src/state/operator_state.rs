@@ -80,16 +80,45 @@ impl OperatorState {
     /// Visits the keyed state of every key group this subtask owns (keys without the
     /// table and key-group prefix).
     pub fn scan_owned(&self, mut visit: impl FnMut(&[u8], &[u8]) -> Result<()>) -> Result<()> {
-        for group in 0..MAX_PARALLELISM {
-            if group as usize * self.parallelism / MAX_PARALLELISM as usize != self.subtask {
-                continue;
-            }
+        for group in self.owned_groups() {
             let mut prefix = Vec::new();
             encode_state_key(self.table_id, group, &[], &mut prefix);
             self.store
                 .scan_prefix(&prefix, |k, v| visit(&k[KEY_PREFIX_LEN..], v))?;
         }
         Ok(())
+    }
+
+    /// The state of each key (`None` where there is none), read in one call.
+    pub fn get_keyed_many(&self, keys: &[&[u8]]) -> Result<Vec<Option<Vec<u8>>>> {
+        let state_keys: Vec<Vec<u8>> = keys
+            .iter()
+            .map(|key| {
+                let mut state_key = Vec::new();
+                encode_state_key(self.table_id, key_group_of(key), key, &mut state_key);
+                state_key
+            })
+            .collect();
+        self.store.multi_get(&state_keys)
+    }
+
+    /// Whether any key group this subtask owns holds keyed state.
+    pub fn has_owned_state(&self) -> Result<bool> {
+        for group in self.owned_groups() {
+            let mut prefix = Vec::new();
+            encode_state_key(self.table_id, group, &[], &mut prefix);
+            if self.store.any_with_prefix(&prefix)? {
+                return Ok(true);
+            }
+        }
+        Ok(false)
+    }
+
+    /// The key groups this subtask owns.
+    fn owned_groups(&self) -> impl Iterator<Item = KeyGroup> + '_ {
+        (0..MAX_PARALLELISM).filter(|group| {
+            *group as usize * self.parallelism / MAX_PARALLELISM as usize == self.subtask
+        })
     }
 
     /// Visits all unkeyed state (every subtask's).

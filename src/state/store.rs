@@ -1,9 +1,14 @@
 //! The one RocksDB instance under the data dir that holds all state.
 
+use super::CacheBudget;
 use crate::error::Result;
 use parking_lot::Mutex;
 use rocksdb::{DB, Direction, IteratorMode, Options, ReadOptions, WriteBatch};
 use std::path::Path;
+use std::sync::Arc;
+
+/// RocksDB's block cache (data, index and filter blocks).
+const BLOCK_CACHE_BYTES: usize = 64 << 20;
 
 /// Table ids below this are reserved for Eddy's own bookkeeping.
 pub const FIRST_USER_TABLE_ID: u32 = 1000;
@@ -18,15 +23,29 @@ pub struct StateStore {
     /// Serialises allocation of hidden row ids with the write that records the new high
     /// mark, so a restart never hands out an id twice.
     row_id_lock: Mutex<u64>,
+    /// The memory operators' state caches share.
+    cache_budget: Arc<CacheBudget>,
 }
 
 impl StateStore {
-    pub fn open(path: &Path) -> Result<Self> {
+    /// Opens (or creates) the database; operators' state caches may hold
+    /// `cache_limit_bytes` together.
+    pub fn open(path: &Path, cache_limit_bytes: usize) -> Result<Self> {
         std::fs::create_dir_all(path)?;
         let mut opts = Options::default();
         opts.create_if_missing(true);
         opts.set_compression_type(rocksdb::DBCompressionType::Lz4);
         opts.increase_parallelism(2);
+        // Operators look up keys their caches evicted, and keys that were never stored
+        // (new groups): bloom filters answer most of the latter without reading a block.
+        let mut table = rocksdb::BlockBasedOptions::default();
+        table.set_bloom_filter(10.0, false);
+        // Index and filter blocks live in the block cache, so RocksDB's memory stays
+        // bounded however large the state grows.
+        table.set_block_cache(&rocksdb::Cache::new_lru_cache(BLOCK_CACHE_BYTES));
+        table.set_cache_index_and_filter_blocks(true);
+        table.set_pin_l0_filter_and_index_blocks_in_cache(true);
+        opts.set_block_based_table_factory(&table);
         let db = DB::open(&opts, path)?;
         let next_row_id = match db.get(ROW_ID_SEQUENCE_KEY)? {
             Some(v) if v.len() == 8 => u64::from_be_bytes(v[..8].try_into().unwrap()),
@@ -35,7 +54,12 @@ impl StateStore {
         Ok(Self {
             db,
             row_id_lock: Mutex::new(next_row_id),
+            cache_budget: Arc::new(CacheBudget::new(cache_limit_bytes)),
         })
+    }
+
+    pub fn cache_budget(&self) -> &Arc<CacheBudget> {
+        &self.cache_budget
     }
 
     pub fn get(&self, key: &[u8]) -> Result<Option<Vec<u8>>> {
@@ -97,6 +121,17 @@ impl StateStore {
             visit(&k, &v)?;
         }
         Ok(())
+    }
+
+    /// Whether any key starts with `prefix`.
+    pub fn any_with_prefix(&self, prefix: &[u8]) -> Result<bool> {
+        let mut iter = self
+            .db
+            .iterator(IteratorMode::From(prefix, Direction::Forward));
+        match iter.next() {
+            Some(item) => Ok(item?.0.starts_with(prefix)),
+            None => Ok(false),
+        }
     }
 
     /// Writes a consistent copy of the whole database into `dir` (which must not exist):

@@ -19,6 +19,9 @@ use tokio::sync::watch;
 
 /// Rows a source split reads at a time.
 const SOURCE_BATCH_ROWS: usize = 1024;
+/// How often a source held off by full state caches looks again (eviction elsewhere may
+/// have made room before the next barrier).
+const FULL_CACHE_RECHECK: Duration = Duration::from_millis(20);
 
 pub enum TaskInput {
     /// Reads connector splits; barriers arrive on their own channel.
@@ -295,6 +298,10 @@ impl Task {
         let mut malformed_reported = 0u64;
         let mut malformed_ended = 0u64;
         let mut next = 0usize;
+        let cache_budget = self
+            .positions
+            .as_ref()
+            .map(|p| p.state.store().cache_budget().clone());
         while !readers.is_empty() {
             while let Ok(barrier) = barriers.try_recv() {
                 self.stage_positions(job, readers, watermark)?;
@@ -304,6 +311,24 @@ impl Task {
             }
             if job.is_stopped() {
                 return Ok(());
+            }
+            if let Some(budget) = cache_budget.as_ref().filter(|b| b.is_full()) {
+                // State caches are full of changes only a barrier makes evictable: ask
+                // for one and read nothing until it has passed (or room was made).
+                budget.want_barrier();
+                let waiting = Instant::now();
+                tokio::select! {
+                    _ = stopped(&mut stop) => return Ok(()),
+                    _ = tokio::time::sleep(FULL_CACHE_RECHECK) => {}
+                    Some(barrier) = barriers.recv() => {
+                        self.stage_positions(job, readers, watermark)?;
+                        if !self.barrier(job, barrier).await? {
+                            return Ok(());
+                        }
+                    }
+                }
+                add_time(&self.info.backpressure_ns, waiting);
+                continue;
             }
             let busy = Instant::now();
             next %= readers.len();

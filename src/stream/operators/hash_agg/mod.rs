@@ -10,6 +10,15 @@
 //! are decremented, and `min`/`max`/`count(DISTINCT)` keep a count per distinct value so
 //! that retracting the current extreme finds the next one. Values are kept in arrow-row's
 //! memcomparable form, converted a whole column at a time.
+//!
+//! Groups are cached in memory over the operator's internal state table ([`cache`]); a
+//! group's stored form is in [`codec`].
+
+mod cache;
+mod codec;
+
+use cache::GroupCache;
+use codec::CLOSED_BELOW_KEY;
 
 use super::filter::mask;
 use super::project::Project;
@@ -112,6 +121,14 @@ pub struct HashAgg {
     forgotten: Vec<Box<[u8]>>,
     /// State was loaded from a checkpoint: the global row is already in the output.
     restored: bool,
+    /// The state table behind the groups in memory (set when the task starts).
+    cache: Option<GroupCache>,
+    /// Estimated bytes of each slot's group (0 for a free slot).
+    sizes: Vec<usize>,
+    /// Whether a group was used since the eviction clock last passed it.
+    referenced: Vec<bool>,
+    /// Estimated bytes of all groups in memory.
+    resident_bytes: usize,
 }
 
 /// `EMIT ON WINDOW CLOSE`: groups are held back until the watermark passes their window
@@ -121,8 +138,8 @@ struct WindowClose {
     key: usize,
     /// Encodes that column's values (memcomparable).
     codec: RowConverter,
-    /// Open groups by window value.
-    open: BTreeMap<Vec<u8>, Vec<usize>>,
+    /// Keys of open groups by window value (the groups may be evicted from memory).
+    open: BTreeMap<Vec<u8>, Vec<Box<[u8]>>>,
     /// Windows below this value are closed: rows for them are late and dropped.
     closed_below: Option<Vec<u8>>,
 }
@@ -209,6 +226,10 @@ impl HashAgg {
             is_dirty: vec![],
             forgotten: vec![],
             restored: false,
+            cache: None,
+            sizes: vec![],
+            referenced: vec![],
+            resident_bytes: 0,
         })
     }
 
@@ -225,8 +246,11 @@ impl HashAgg {
 
     /// A slot for a new group: a forgotten group's, reset, or a new one.
     fn new_group(&mut self, row: Box<[u8]>) -> usize {
+        let bytes = self.slot_bytes(&row);
         if let Some(g) = self.free.pop() {
             self.group_rows[g] = row;
+            self.referenced[g] = false;
+            self.grow_group(g, bytes);
             self.row_counts[g] = 0;
             self.visible[g] = false;
             self.is_dirty[g] = false;
@@ -247,6 +271,9 @@ impl HashAgg {
             return g;
         }
         self.group_rows.push(row);
+        self.sizes.push(0);
+        self.referenced.push(false);
+        self.grow_group(self.group_rows.len() - 1, bytes);
         self.row_counts.push(0);
         self.visible.push(false);
         self.is_dirty.push(false);
@@ -285,23 +312,45 @@ impl HashAgg {
             None => None,
         };
         let mut ids = Vec::with_capacity(batch.num_rows());
+        // Keys not in memory, each once, with the first row that has it.
+        let mut missing: Vec<&[u8]> = Vec::new();
+        let mut first_rows: Vec<usize> = Vec::new();
+        let mut missing_index: HashMap<&[u8], usize> = HashMap::new();
+        let mut missing_rows: Vec<(usize, usize)> = Vec::new();
         for (i, row) in rows.iter().enumerate() {
-            let id = match self.groups.get(row.as_ref()) {
-                Some(id) => *id,
-                None => {
-                    let key: Box<[u8]> = row.as_ref().into();
-                    let id = self.new_group(key.clone());
-                    self.groups.insert(key, id);
-                    if let (Some(w), Some(windows)) = (&mut self.window_close, &windows) {
-                        w.open
-                            .entry(windows.row(i).as_ref().to_vec())
-                            .or_default()
-                            .push(id);
-                    }
-                    id
+            match self.groups.get(row.as_ref()) {
+                Some(&g) => {
+                    self.referenced[g] = true;
+                    ids.push(g);
                 }
-            };
-            ids.push(id);
+                None => {
+                    let index = *missing_index.entry(row.data()).or_insert_with(|| {
+                        missing.push(row.data());
+                        first_rows.push(i);
+                        missing.len() - 1
+                    });
+                    missing_rows.push((i, index));
+                    ids.push(usize::MAX);
+                }
+            }
+        }
+        if missing.is_empty() {
+            return Ok(ids);
+        }
+        let slots = self.load_groups(&missing)?;
+        for (i, index) in missing_rows {
+            ids[i] = slots[index].0;
+        }
+        // A group new to the store opens under its window.
+        if let (Some(w), Some(windows)) = (&mut self.window_close, &windows) {
+            for ((_, found), (key, row)) in slots.iter().zip(missing.iter().zip(first_rows)) {
+                if !found {
+                    w.open
+                        .entry(windows.row(row).as_ref().to_vec())
+                        .or_default()
+                        .push((*key).into());
+                }
+            }
         }
         Ok(ids)
     }
@@ -326,9 +375,19 @@ impl HashAgg {
         super::filter::filter_chunk(chunk, &keep)
     }
 
-    /// Emits the final rows of closed groups (as inserts) and forgets the groups.
-    fn close_groups(&mut self, groups: Vec<usize>) -> Result<Vec<StreamChunk>> {
-        let groups: Vec<usize> = groups.into_iter().filter(|g| self.exists(*g)).collect();
+    /// Emits the final rows of closed groups (as inserts) and forgets the groups, also
+    /// those with no rows left.
+    fn close_groups(&mut self, keys: Vec<Box<[u8]>>) -> Result<Vec<StreamChunk>> {
+        let mut all = Vec::with_capacity(keys.len());
+        let mut evicted = Vec::new();
+        for key in &keys {
+            match self.groups.get(key) {
+                Some(&g) => all.push(g),
+                None => evicted.push(key.as_ref()),
+            }
+        }
+        all.extend(self.load_groups(&evicted)?.into_iter().map(|(g, _)| g));
+        let groups: Vec<usize> = all.iter().copied().filter(|g| self.exists(*g)).collect();
         let (batch, keep) = self.output_rows(&groups)?;
         let mut rows = Vec::new();
         let mut keys = Vec::new();
@@ -338,10 +397,9 @@ impl HashAgg {
                 keys.push(self.group_rows[*g].to_vec());
             }
         }
-        for g in &groups {
-            self.groups.remove(&self.group_rows[*g]);
-            self.forgotten.push(self.group_rows[*g].clone());
-            self.free.push(*g);
+        for g in all {
+            self.forgotten.push(self.group_rows[g].clone());
+            self.release_slot(g);
         }
         let batch =
             arrow::compute::take_record_batch(&batch, &arrow::array::UInt32Array::from(rows))?;
@@ -418,15 +476,20 @@ impl HashAgg {
                         }
                         let value = rows.row(i);
                         let group = &mut counts[*g];
+                        let bytes = cache::value_bytes(value.as_ref());
                         match group.get_mut(value.as_ref()) {
                             Some(c) => {
                                 *c += sign;
                                 if *c == 0 {
                                     group.remove(value.as_ref());
+                                    self.sizes[*g] -= bytes;
+                                    self.resident_bytes -= bytes;
                                 }
                             }
                             None => {
                                 group.insert(value.as_ref().to_vec(), *sign);
+                                self.sizes[*g] += bytes;
+                                self.resident_bytes += bytes;
                             }
                         }
                     }
@@ -599,15 +662,24 @@ impl Operator for HashAgg {
         {
             state.put_unkeyed(batch, CLOSED_BELOW_KEY, closed_below);
         }
+        // Every group is clean now (the task writes `batch` before its next input): the
+        // best moment to evict.
+        self.settle_cache();
         Ok(())
     }
 
+    /// Connects the groups to the state table; they are read from it as their keys come.
+    /// With `EMIT ON WINDOW CLOSE`, the open windows and their groups' keys are read now.
     fn restore(&mut self, state: &OperatorState) -> Result<()> {
-        let mut entries: Vec<(Box<[u8]>, Vec<u8>)> = Vec::new();
-        state.scan_owned(|k, v| {
-            entries.push((k.into(), v.to_vec()));
-            Ok(())
-        })?;
+        self.attach(state)?;
+        let has_groups = self.cache.as_ref().is_some_and(|c| c.may_hold_more);
+        let mut keys: Vec<Box<[u8]>> = Vec::new();
+        if has_groups && self.window_close.is_some() {
+            state.scan_owned(|k, _| {
+                keys.push(k.into());
+                Ok(())
+            })?;
+        }
         let mut closed_below: Option<Vec<u8>> = None;
         state.scan_unkeyed(|k, v| {
             if k == CLOSED_BELOW_KEY && closed_below.as_deref().is_none_or(|c| c < v) {
@@ -615,27 +687,20 @@ impl Operator for HashAgg {
             }
             Ok(())
         })?;
-        self.restored = !entries.is_empty();
-        let mut ids = Vec::with_capacity(entries.len());
-        for (key, value) in &entries {
-            let g = self.new_group(key.clone());
-            self.groups.insert(key.clone(), g);
-            self.decode_group(g, value)?;
-            ids.push(g);
-        }
+        self.restored = has_groups;
         if let Some(w) = &mut self.window_close {
             w.closed_below = closed_below;
-            if !entries.is_empty() {
+            if !keys.is_empty() {
                 let parser = self.key_codec.parser();
-                let keys = self
+                let columns = self
                     .key_codec
-                    .convert_rows(entries.iter().map(|(k, _)| parser.parse(k)))?;
-                let windows = w.codec.convert_columns(&[keys[w.key].clone()])?;
-                for (i, g) in ids.iter().enumerate() {
+                    .convert_rows(keys.iter().map(|k| parser.parse(k)))?;
+                let windows = w.codec.convert_columns(&[columns[w.key].clone()])?;
+                for (i, key) in keys.into_iter().enumerate() {
                     w.open
                         .entry(windows.row(i).as_ref().to_vec())
                         .or_default()
-                        .push(*g);
+                        .push(key);
                 }
             }
         }
@@ -665,6 +730,7 @@ impl Operator for HashAgg {
                 w.closed_below = Some(bound);
             }
             chunks = self.close_groups(closed.into_values().flatten().collect())?;
+            self.settle_cache();
         }
         let mut watermarks = vec![Watermark {
             column: key,
@@ -720,6 +786,7 @@ impl Operator for HashAgg {
                 .map(|o| if o.is_insert() { 1 } else { -1 })
                 .collect();
             self.update(&chunk.batch, &ids, &signs)?;
+            self.settle_cache();
             return Ok(vec![]);
         }
         let ids = self.group_ids(&chunk.batch)?;
@@ -745,36 +812,9 @@ impl Operator for HashAgg {
             .map(|o| if o.is_insert() { 1 } else { -1 })
             .collect();
         self.update(&chunk.batch, &ids, &signs)?;
-        self.emit_changes(&touched, &old_batch, &old_rows)
-    }
-}
-
-/// The unkeyed state entry holding the `EMIT ON WINDOW CLOSE` closed-below mark.
-const CLOSED_BELOW_KEY: &[u8] = b"closed_below";
-
-/// Reads little-endian numbers back from a group's encoded state.
-struct StateReader<'a>(&'a [u8]);
-
-impl StateReader<'_> {
-    fn take<const N: usize>(&mut self) -> Result<[u8; N]> {
-        if self.0.len() < N {
-            return Err(EddyError::internal("truncated aggregate state"));
-        }
-        let (head, rest) = self.0.split_at(N);
-        self.0 = rest;
-        Ok(head.try_into().expect("length checked"))
-    }
-    fn i64(&mut self) -> Result<i64> {
-        Ok(i64::from_le_bytes(self.take()?))
-    }
-    fn bytes(&mut self) -> Result<&[u8]> {
-        let len = u32::from_le_bytes(self.take()?) as usize;
-        if self.0.len() < len {
-            return Err(EddyError::internal("truncated aggregate state"));
-        }
-        let (head, rest) = self.0.split_at(len);
-        self.0 = rest;
-        Ok(head)
+        let changes = self.emit_changes(&touched, &old_batch, &old_rows)?;
+        self.settle_cache();
+        Ok(changes)
     }
 }
 
@@ -786,65 +826,6 @@ impl HashAgg {
         }
     }
 
-    /// A group's state as bytes: its row count, whether its row is shown, then each
-    /// call's state (counts, sums, or the counted values).
-    fn encode_group(&self, g: usize, out: &mut Vec<u8>) {
-        out.clear();
-        out.extend_from_slice(&self.row_counts[g].to_le_bytes());
-        out.push(self.visible[g] as u8);
-        for state in &self.states {
-            match state {
-                AggState::Count(c) => out.extend_from_slice(&c[g].to_le_bytes()),
-                AggState::IntSum(s, n) => {
-                    out.extend_from_slice(&s[g].to_le_bytes());
-                    out.extend_from_slice(&n[g].to_le_bytes());
-                }
-                AggState::FloatSum(s, n) => {
-                    out.extend_from_slice(&s[g].to_le_bytes());
-                    out.extend_from_slice(&n[g].to_le_bytes());
-                }
-                AggState::Values { counts, .. } => {
-                    out.extend_from_slice(&(counts[g].len() as u32).to_le_bytes());
-                    for (value, count) in &counts[g] {
-                        out.extend_from_slice(&(value.len() as u32).to_le_bytes());
-                        out.extend_from_slice(value);
-                        out.extend_from_slice(&count.to_le_bytes());
-                    }
-                }
-            }
-        }
-    }
-
-    fn decode_group(&mut self, g: usize, bytes: &[u8]) -> Result<()> {
-        let mut r = StateReader(bytes);
-        self.row_counts[g] = r.i64()?;
-        self.visible[g] = r.take::<1>()?[0] != 0;
-        for state in &mut self.states {
-            match state {
-                AggState::Count(c) => c[g] = r.i64()?,
-                AggState::IntSum(s, n) => {
-                    s[g] = i128::from_le_bytes(r.take()?);
-                    n[g] = r.i64()?;
-                }
-                AggState::FloatSum(s, n) => {
-                    s[g] = f64::from_le_bytes(r.take()?);
-                    n[g] = r.i64()?;
-                }
-                AggState::Values { counts, .. } => {
-                    let len = u32::from_le_bytes(r.take()?);
-                    for _ in 0..len {
-                        let value = r.bytes()?.to_vec();
-                        let count = r.i64()?;
-                        counts[g].insert(value, count);
-                    }
-                }
-            }
-        }
-        Ok(())
-    }
-}
-
-impl HashAgg {
     /// The change chunk of the given groups after an update: `old_batch` holds the rows
     /// the groups showed before (`old_rows`: group -> row of `old_batch`).
     fn emit_changes(
