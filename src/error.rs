@@ -78,6 +78,13 @@ impl EddyError {
             DataFusionError::SQL(e, _) => Self::syntax(e.to_string()),
             DataFusionError::NotImplemented(m) => Self::not_supported(m),
             DataFusionError::SchemaError(e, _) => {
+                if let datafusion::common::SchemaError::FieldNotFound { field, .. } = e.as_ref() {
+                    // PostgreSQL's wording, with the column as written (`t.a` or `a`).
+                    return Self::new(
+                        sqlstate::UNDEFINED_COLUMN,
+                        format!("column \"{}\" does not exist", field.flat_name()),
+                    );
+                }
                 let text = e.to_string();
                 let code = if text.contains("No field named") || text.contains("not found") {
                     sqlstate::UNDEFINED_COLUMN
