@@ -377,8 +377,9 @@ async fn recovery_from_s3_alone_after_losing_the_data_dir() {
 }
 
 /// `ALTER MATERIALIZED VIEW ... SET PARALLELISM` while the sources run, and a restart
-/// with another number of workers: aggregates find their keys' state in whichever
-/// subtask the key groups now map to, and the results stay exact.
+/// with another number of workers (views at the default parallelism follow it):
+/// aggregates find their keys' state in whichever subtask the key groups now map to, and
+/// the results stay exact.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn rescaling_moves_key_groups_and_results_stay_exact() {
     let temp = tempfile::tempdir().unwrap();
@@ -386,16 +387,17 @@ async fn rescaling_moves_key_groups_and_results_stay_exact() {
     let mut server = TestServer::start_in_with_args(&data_dir, &["--barrier-interval-ms", "100"]);
     let mut client = server.connect().await;
     client
-        .batch_execute(&format!("SET streaming_parallelism = 1; {BIDS}; {ROWS}"))
+        .batch_execute(&format!("{BIDS}; {ROWS}"))
         .await
         .unwrap();
+    // No `streaming_parallelism`: views run at the number of workers (2).
     create_views(&client).await;
     let subtasks = |job: &'static str| {
         format!(
             "SELECT count(*) FROM eddy_catalog.tasks WHERE job = '{job}' AND operators LIKE '%HashAgg%'"
         )
     };
-    let steps: &[(&str, usize)] = &[("per_auction", 3), ("tumbling_eowc", 2), ("per_key", 4)];
+    let steps: &[(&str, usize)] = &[("per_auction", 3), ("tumbling_eowc", 1), ("per_key", 4)];
     for (view, parallelism) in steps {
         tokio::time::sleep(Duration::from_millis(600)).await;
         client
@@ -415,7 +417,8 @@ async fn rescaling_moves_key_groups_and_results_stay_exact() {
             "{view} runs {parallelism} aggregate subtasks: {running:?}"
         );
     }
-    // A restart with three workers keeps each view's parallelism and state.
+    // A restart with three workers: views left at the default follow the workers (3),
+    // altered ones keep their parallelism; all keep their state.
     tokio::time::sleep(Duration::from_millis(400)).await;
     server.kill();
     server = TestServer::start_in_with_args(
@@ -423,6 +426,18 @@ async fn rescaling_moves_key_groups_and_results_stay_exact() {
         &["--barrier-interval-ms", "100", "--workers", "3"],
     );
     client = server.connect().await;
+    for (view, parallelism) in [("per_channel", 3), ("tumbling", 3), ("tumbling_eowc", 1)] {
+        let running = view_rows(&client, &subtasks(view)).await;
+        let state = view_rows(
+            &client,
+            &format!("SELECT state FROM eddy_catalog.jobs WHERE name = '{view}'"),
+        )
+        .await;
+        assert!(
+            running == vec![vec![parallelism.to_string()]] || state[0][0] == "finished",
+            "after the restart {view} runs {parallelism} aggregate subtasks: {running:?}"
+        );
+    }
     client
         .batch_execute("ALTER MATERIALIZED VIEW per_auction SET PARALLELISM = 2")
         .await

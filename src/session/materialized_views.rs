@@ -186,7 +186,7 @@ pub(super) async fn create(
         depends_on,
         options: Default::default(),
         watermark: None,
-        parallelism: Some(parallelism),
+        parallelism: session.chosen_streaming_parallelism()?,
         emit_on_window_close,
     })?;
     let table = engine.schema_provider.state_table_for(&rel)?;

@@ -596,10 +596,19 @@ impl Session {
     /// The parallelism of jobs created now: `SET streaming_parallelism`, by default the
     /// number of streaming workers.
     pub(crate) fn streaming_parallelism(&self) -> Result<usize> {
+        Ok(self
+            .chosen_streaming_parallelism()?
+            .unwrap_or_else(|| self.engine.jobs.worker_count()))
+    }
+
+    /// `streaming_parallelism` when the session set it (not 0 or default): jobs record it
+    /// and keep it; otherwise they follow the number of workers, also after a restart
+    /// with another `--workers`.
+    pub(crate) fn chosen_streaming_parallelism(&self) -> Result<Option<usize>> {
         let value = self.vars.lock().get("streaming_parallelism")?;
         Ok(match value.parse::<usize>() {
-            Ok(n) if n > 0 => n.min(crate::state::MAX_PARALLELISM as usize),
-            _ => self.engine.jobs.worker_count(),
+            Ok(n) if n > 0 => Some(n.min(crate::state::MAX_PARALLELISM as usize)),
+            _ => None,
         })
     }
 

@@ -58,7 +58,7 @@ pub(super) async fn create(session: &Session, sink: CreateSink) -> Result<Outcom
         depends_on: super::materialized_views::dependencies(engine, &query, &plan)?,
         options: sink.options.clone(),
         watermark: None,
-        parallelism: Some(parallelism),
+        parallelism: session.chosen_streaming_parallelism()?,
         emit_on_window_close: false,
     })?;
     let output = JobOutput::blackhole(&rel.options)?;

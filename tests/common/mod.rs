@@ -77,7 +77,8 @@ impl TestServer {
     }
 
     fn wait_until_listening(&mut self) {
-        let deadline = Instant::now() + Duration::from_secs(60);
+        // Recovery of a large checkpoint (benches) happens before the server listens.
+        let deadline = Instant::now() + Duration::from_secs(600);
         while Instant::now() < deadline {
             if TcpStream::connect(self.addr).is_ok() {
                 return;
@@ -90,7 +91,7 @@ impl TestServer {
             }
             std::thread::sleep(Duration::from_millis(50));
         }
-        panic!("eddy did not start listening on {} within 60 s", self.addr);
+        panic!("eddy did not start listening on {} within 600 s", self.addr);
     }
 
     /// A connection string for tokio-postgres.
