@@ -46,8 +46,13 @@ async fn rows(client: &tokio_postgres::Client, sql: &str) -> Vec<Vec<String>> {
         .collect()
 }
 
+/// The first value of a one-row query as a number (0 when there is no row).
 async fn number(client: &tokio_postgres::Client, sql: &str) -> f64 {
-    rows(client, sql).await[0][0].parse().unwrap_or(0.0)
+    rows(client, sql)
+        .await
+        .first()
+        .and_then(|r| r[0].parse().ok())
+        .unwrap_or(0.0)
 }
 
 /// Waits until the job `name` has read `expected` rows, runs a barrier (so a bounded
@@ -148,7 +153,8 @@ async fn recovery(state_mb: u64) {
              CREATE SOURCE gen (id BIGINT, payload VARCHAR) WITH (
                  connector = 'datagen',
                  fields.id.kind = 'sequence', fields.id.start = 1, fields.id.end = {row_count},
-                 fields.payload.length = 240, datagen.split.num = 2);
+                 fields.payload.length = 240, datagen.split.num = 2,
+                 datagen.rows.per.second = 0);
              CREATE MATERIALIZED VIEW big AS SELECT id, payload FROM gen;"
         ))
         .await
@@ -156,21 +162,19 @@ async fn recovery(state_mb: u64) {
     let mut checkpoints = BTreeMap::new();
     run_to_end(&client, "big", row_count, &mut checkpoints).await;
     // Wait for a committed checkpoint taken after the job finished.
-    let finished_epoch = number(&client, "SELECT max(epoch) FROM eddy_catalog.checkpoints").await;
-    loop {
-        let committed = number(
-            &client,
-            "SELECT coalesce(max(epoch), 0) FROM eddy_catalog.checkpoints WHERE last_committed",
-        )
-        .await;
-        if committed >= finished_epoch {
-            break;
-        }
+    while number(
+        &client,
+        "SELECT count(*) FROM eddy_catalog.checkpoints c, eddy_catalog.jobs j \
+         WHERE j.name = 'big' AND c.committed AND c.started > j.finished",
+    )
+    .await
+        == 0.0
+    {
         tokio::time::sleep(Duration::from_millis(200)).await;
     }
     let state_bytes = number(
         &client,
-        "SELECT state_bytes FROM eddy_catalog.checkpoints WHERE last_committed",
+        "SELECT state_bytes FROM eddy_catalog.checkpoints WHERE committed ORDER BY epoch DESC LIMIT 1",
     )
     .await;
     println!(
