@@ -567,3 +567,91 @@ async fn a_failed_job_restarts_from_its_checkpoint_and_others_go_on() {
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
 }
+
+/// `SELECT` reads every materialized view at the last committed epoch: views over the
+/// same source, and a view over a view, agree in every query while the source runs. When
+/// checkpoints cannot be committed (the state store is unusable), views stop advancing
+/// although the job reads on; once commits resume they catch up.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn select_reads_every_view_at_the_committed_epoch() {
+    let temp = tempfile::tempdir().unwrap();
+    let store = temp.path().join("store");
+    let store_arg = store.display().to_string();
+    let server =
+        TestServer::start_with_args(&["--barrier-interval-ms", "50", "--state-store", &store_arg]);
+    let client = server.connect().await;
+    client
+        .batch_execute(
+            "SET streaming_parallelism = 2;
+             CREATE SOURCE gen (id BIGINT, k INT) WITH (
+                 connector = 'datagen',
+                 fields.id.kind = 'sequence', fields.id.start = 1, fields.id.end = 1000000,
+                 fields.k.min = 1, fields.k.max = 50, fields.k.seed = 4,
+                 datagen.split.num = 2, datagen.rows.per.second = 2000);
+             CREATE MATERIALIZED VIEW per_k AS SELECT k, count(*) AS n FROM gen GROUP BY k;
+             CREATE MATERIALIZED VIEW total AS SELECT sum(n) AS n FROM per_k;
+             CREATE MATERIALIZED VIEW top AS SELECT max(n) AS n FROM per_k;
+             CREATE MATERIALIZED VIEW direct AS SELECT count(*) AS n FROM gen;",
+        )
+        .await
+        .unwrap();
+    // Views over `per_k` agree with it when read at one epoch.
+    let counts = "SELECT coalesce((SELECT sum(n) FROM per_k), 0) AS a, \
+                  coalesce((SELECT n FROM total), 0) AS b, \
+                  coalesce((SELECT max(n) FROM per_k), 0) AS c, \
+                  coalesce((SELECT n FROM top), 0) AS d";
+    let mut seen = std::collections::BTreeSet::new();
+    for _ in 0..60 {
+        let row = view_rows(&client, counts).await.remove(0);
+        assert!(
+            row[0] == row[1] && row[2] == row[3],
+            "views read at one epoch agree: {row:?}"
+        );
+        seen.insert(row[0].parse::<i64>().unwrap());
+        tokio::time::sleep(Duration::from_millis(25)).await;
+    }
+    assert!(seen.len() >= 3, "the views advanced while read: {seen:?}");
+
+    // The state store becomes unusable: checkpoints are no longer committed.
+    let away = temp.path().join("store.away");
+    std::fs::rename(&store, &away).unwrap();
+    std::fs::write(&store, b"not a directory").unwrap();
+    let direct = "SELECT n FROM direct";
+    let read = "SELECT rows_read FROM eddy_catalog.jobs WHERE name = 'direct'";
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let (frozen, read_before) = (
+        view_rows(&client, direct).await,
+        view_rows(&client, read).await,
+    );
+    tokio::time::sleep(Duration::from_millis(1000)).await;
+    assert_eq!(
+        view_rows(&client, direct).await,
+        frozen,
+        "no commit, no new results"
+    );
+    let read_after = view_rows(&client, read).await;
+    assert!(
+        read_after[0][0].parse::<i64>().unwrap() > read_before[0][0].parse::<i64>().unwrap(),
+        "the job reads on: {read_before:?} then {read_after:?}"
+    );
+
+    // Commits resume: the views catch up.
+    std::fs::remove_file(&store).unwrap();
+    std::fs::rename(&away, &store).unwrap();
+    let deadline = Instant::now() + Duration::from_secs(120);
+    loop {
+        let row = view_rows(&client, counts).await.remove(0);
+        assert!(row[0] == row[1] && row[2] == row[3], "{row:?}");
+        if view_rows(&client, direct).await != frozen {
+            break;
+        }
+        assert!(Instant::now() < deadline, "views did not catch up: {row:?}");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let failed = view_rows(
+        &client,
+        "SELECT count(*) > 0 FROM eddy_catalog.checkpoints WHERE NOT committed",
+    )
+    .await;
+    assert_eq!(failed, vec![vec!["t"]], "the failed checkpoints are listed");
+}

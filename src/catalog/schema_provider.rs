@@ -17,6 +17,8 @@ use std::sync::{Arc, OnceLock, Weak};
 pub struct CatalogSchemaProvider {
     catalog: Arc<Catalog>,
     store: Arc<StateStore>,
+    /// The committed epoch materialized views are read at.
+    serving: Arc<crate::state::ServingEpoch>,
     /// State tables by relation id, so the row codecs are built once per table.
     tables: Mutex<HashMap<u32, Arc<StateTable>>>,
     /// The session state views are planned in; set once the context exists.
@@ -30,10 +32,15 @@ impl std::fmt::Debug for CatalogSchemaProvider {
 }
 
 impl CatalogSchemaProvider {
-    pub fn new(catalog: Arc<Catalog>, store: Arc<StateStore>) -> Self {
+    pub fn new(
+        catalog: Arc<Catalog>,
+        store: Arc<StateStore>,
+        serving: Arc<crate::state::ServingEpoch>,
+    ) -> Self {
         Self {
             catalog,
             store,
+            serving,
             tables: Mutex::new(HashMap::new()),
             planner: OnceLock::new(),
         }
@@ -115,7 +122,11 @@ impl SchemaProvider for CatalogSchemaProvider {
                 let table = self
                     .state_table_for(&rel)
                     .map_err(EddyError::into_datafusion)?;
-                Ok(Some(Arc::new(StoredTable::read_only(table, &rel.name))))
+                Ok(Some(Arc::new(StoredTable::read_only(
+                    table,
+                    &rel.name,
+                    self.serving.clone(),
+                ))))
             }
             RelationKind::Source => Ok(Some(Arc::new(SourceRelation {
                 name: rel.name.clone(),

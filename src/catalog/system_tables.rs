@@ -152,8 +152,21 @@ fn jobs_schema() -> SchemaRef {
     ]))
 }
 
+/// A job's state as users see it: a job whose last results are not committed yet — not
+/// readable by `SELECT` — is still `running`.
+fn shown_state(job: &crate::stream::job::JobInfo, committed: u64) -> &'static str {
+    let state = *job.state.lock();
+    if state == crate::stream::job::JobState::Finished
+        && job.last_epoch.load(Ordering::SeqCst) > committed
+    {
+        return crate::stream::job::JobState::Running.as_str();
+    }
+    state.as_str()
+}
+
 fn jobs_rows(sources: &SystemSources, schema: SchemaRef) -> DFResult<RecordBatch> {
     let jobs = sources.jobs.jobs();
+    let committed = sources.checkpoints.serving_epoch();
     Ok(RecordBatch::try_new(
         schema,
         vec![
@@ -161,7 +174,7 @@ fn jobs_rows(sources: &SystemSources, schema: SchemaRef) -> DFResult<RecordBatch
                 jobs.iter().map(|j| j.name.clone()),
             )),
             Arc::new(StringArray::from_iter_values(
-                jobs.iter().map(|j| j.state.lock().as_str()),
+                jobs.iter().map(|j| shown_state(j, committed)),
             )),
             Arc::new(Int64Array::from_iter_values(
                 jobs.iter()

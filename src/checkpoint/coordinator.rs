@@ -5,7 +5,8 @@
 //! exactly epoch *e*. RocksDB makes a consistent checkpoint of it into a local staging
 //! directory (hard links, fast) before the next barrier may be injected. The uploader
 //! sends the checkpoint's new files to the object store in the background, then its
-//! manifest: from that moment epoch *e* is committed. If the uploader falls behind, it
+//! manifest: from that moment epoch *e* is committed, and `SELECT` reads materialized
+//! views in the RocksDB snapshot taken with the checkpoint. If the uploader falls behind, it
 //! skips to the newest checkpoint; one that cannot be uploaded is not committed, and the
 //! jobs go on regardless.
 
@@ -13,7 +14,7 @@ use super::manifest::{CheckpointFile, Manifest};
 use super::storage::CheckpointStorage;
 use crate::catalog::Catalog;
 use crate::error::Result;
-use crate::state::StateStore;
+use crate::state::{ServingEpoch, ServingSnapshot, StateStore};
 use crate::stream::job::JobRegistry;
 use bytes::Bytes;
 use parking_lot::Mutex;
@@ -52,6 +53,8 @@ struct Staged {
     catalog_version: u32,
     jobs: Vec<String>,
     sources: BTreeMap<String, BTreeMap<String, u64>>,
+    /// The state as of this epoch, served to `SELECT` once it is committed.
+    snapshot: Arc<ServingSnapshot>,
 }
 
 pub struct Coordinator {
@@ -67,6 +70,10 @@ pub struct Coordinator {
     /// barrier is injected only once the previous epoch's checkpoint is taken.
     last_epoch: tokio::sync::Mutex<u64>,
     committed: AtomicU64,
+    /// The newest epoch whose checkpoint was committed or given up on.
+    settled: AtomicU64,
+    settled_notify: tokio::sync::Notify,
+    serving: Arc<ServingEpoch>,
     history: Mutex<VecDeque<CheckpointRecord>>,
     to_upload: UnboundedSender<Staged>,
     /// Held while local checkpoints are deleted, and by whoever reads one (failover).
@@ -101,6 +108,7 @@ impl Coordinator {
         store: Arc<StateStore>,
         catalog: Arc<Catalog>,
         storage: Arc<CheckpointStorage>,
+        serving: Arc<ServingEpoch>,
         config: &crate::config::Config,
         committed: u64,
     ) -> Self {
@@ -115,6 +123,9 @@ impl Coordinator {
             interval_ms: AtomicU64::new(config.barrier_interval_ms.max(1)),
             last_epoch: tokio::sync::Mutex::new(committed),
             committed: AtomicU64::new(committed),
+            settled: AtomicU64::new(committed),
+            settled_notify: tokio::sync::Notify::new(),
+            serving,
             history: Mutex::new(VecDeque::new()),
             to_upload,
             staging_lock: tokio::sync::Mutex::new(()),
@@ -173,6 +184,7 @@ impl Coordinator {
         let started = SystemTime::now();
         let clock = Instant::now();
         let jobs = self.jobs.inject_and_wait(epoch).await;
+        let snapshot = ServingSnapshot::take(&self.store, epoch);
         let dir = self.staging.join(epoch_dir_name(epoch));
         let store = self.store.clone();
         let target = dir.clone();
@@ -200,13 +212,53 @@ impl Coordinator {
                         .unwrap_or(0),
                     jobs,
                     sources: self.jobs.source_positions(),
+                    snapshot,
                 };
                 let _ = self.to_upload.send(staged);
             }
-            Ok(Err(e)) => tracing::warn!("checkpoint of epoch {epoch} failed: {e}"),
-            Err(e) => tracing::warn!("checkpoint of epoch {epoch} failed: {e}"),
+            Ok(Err(e)) => {
+                tracing::warn!("checkpoint of epoch {epoch} failed: {e}");
+                self.settle(epoch);
+            }
+            Err(e) => {
+                tracing::warn!("checkpoint of epoch {epoch} failed: {e}");
+                self.settle(epoch);
+            }
         }
         epoch
+    }
+
+    /// Runs a round and waits until its checkpoint is committed (or given up on): what
+    /// `FLUSH` does, so that views read afterwards show every write made before it.
+    pub async fn flush(&self) -> u64 {
+        let epoch = self.run_round().await;
+        if self.uploads.lock().is_some() {
+            return epoch; // no uploader runs (an engine without a runtime)
+        }
+        loop {
+            let settled = self.settled_notify.notified();
+            if self.settled.load(Ordering::SeqCst) >= epoch {
+                return epoch;
+            }
+            // The timeout covers a notification that raced the check.
+            let _ = tokio::time::timeout(Duration::from_millis(50), settled).await;
+        }
+    }
+
+    /// The checkpoint of `epoch` (and any before it) is committed or given up on.
+    fn settle(&self, epoch: u64) {
+        self.settled.fetch_max(epoch, Ordering::SeqCst);
+        self.settled_notify.notify_waiters();
+    }
+
+    /// Where the snapshot `SELECT` reads materialized views at is published.
+    pub fn serving(&self) -> &Arc<ServingEpoch> {
+        &self.serving
+    }
+
+    /// The epoch `SELECT` reads materialized views at.
+    pub fn serving_epoch(&self) -> u64 {
+        self.serving.epoch()
     }
 
     /// Starts the periodic rounds and the uploader on the current tokio runtime. Both
@@ -389,6 +441,8 @@ async fn upload_loop(coordinator: Weak<Coordinator>, mut uploads: UnboundedRecei
                 Ok(names) => uploaded.insert(names),
                 Err(e) => {
                     tracing::warn!("cannot read the checkpoint store: {e}");
+                    let _ = std::fs::remove_dir_all(&staged.dir);
+                    coordinator.settle(staged.epoch);
                     continue;
                 }
             },
@@ -398,6 +452,8 @@ async fn upload_loop(coordinator: Weak<Coordinator>, mut uploads: UnboundedRecei
                 coordinator
                     .committed
                     .fetch_max(staged.epoch, Ordering::SeqCst);
+                coordinator.serving.publish(staged.snapshot.clone());
+                coordinator.settle(staged.epoch);
                 coordinator.record(CheckpointRecord {
                     epoch: staged.epoch,
                     started: staged.started,
@@ -418,6 +474,7 @@ async fn upload_loop(coordinator: Weak<Coordinator>, mut uploads: UnboundedRecei
             Err(e) => {
                 tracing::warn!("checkpoint of epoch {} not committed: {e}", staged.epoch);
                 let _ = std::fs::remove_dir_all(&staged.dir);
+                coordinator.settle(staged.epoch);
                 coordinator.record(CheckpointRecord {
                     epoch: staged.epoch,
                     started: staged.started,

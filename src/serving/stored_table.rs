@@ -27,6 +27,8 @@ pub struct StoredTable {
     table: Arc<StateTable>,
     /// Set for materialized views: their rows are written by their job, never by DML.
     read_only: Option<String>,
+    /// For materialized views: the committed epoch they are read at.
+    serving: Option<Arc<crate::state::ServingEpoch>>,
 }
 
 impl std::fmt::Debug for StateTable {
@@ -42,14 +44,20 @@ impl StoredTable {
         Self {
             table,
             read_only: None,
+            serving: None,
         }
     }
 
-    /// A materialized view: readable, not writable.
-    pub fn read_only(table: Arc<StateTable>, name: &str) -> Self {
+    /// A materialized view: readable (as of the last committed epoch), not writable.
+    pub fn read_only(
+        table: Arc<StateTable>,
+        name: &str,
+        serving: Arc<crate::state::ServingEpoch>,
+    ) -> Self {
         Self {
             table,
             read_only: Some(name.to_string()),
+            serving: Some(serving),
         }
     }
 
@@ -64,8 +72,21 @@ impl StoredTable {
         }
     }
 
-    fn read_all(&self) -> DFResult<Vec<ScannedBatch>> {
-        self.table.scan().map_err(EddyError::into_datafusion)
+    /// Every row; a materialized view's as of the snapshot the statement pinned (or the
+    /// last committed one).
+    fn read_all(&self, session: Option<&dyn Session>) -> DFResult<Vec<ScannedBatch>> {
+        let snapshot = match &self.serving {
+            None => None,
+            Some(serving) => match session
+                .and_then(|s| s.config().get_extension::<crate::state::PinnedSnapshot>())
+            {
+                Some(pinned) => pinned.0.clone(),
+                None => serving.current(),
+            },
+        };
+        self.table
+            .scan_at(snapshot.as_deref())
+            .map_err(EddyError::into_datafusion)
     }
 }
 
@@ -140,12 +161,16 @@ impl TableProvider for StoredTable {
 
     async fn scan(
         &self,
-        _state: &dyn Session,
+        state: &dyn Session,
         projection: Option<&Vec<usize>>,
         _filters: &[Expr],
         _limit: Option<usize>,
     ) -> DFResult<Arc<dyn ExecutionPlan>> {
-        let batches: Vec<RecordBatch> = self.read_all()?.into_iter().map(|s| s.batch).collect();
+        let batches: Vec<RecordBatch> = self
+            .read_all(Some(state))?
+            .into_iter()
+            .map(|s| s.batch)
+            .collect();
         Ok(MemorySourceConfig::try_new_exec(
             &[batches],
             self.schema(),
@@ -180,7 +205,7 @@ impl TableProvider for StoredTable {
         self.check_writable()?;
         let df_schema = DFSchema::try_from(self.schema())?;
         let mut deleted = 0u64;
-        for scanned in self.read_all()? {
+        for scanned in self.read_all(None)? {
             let mask = matching_rows(
                 &filters,
                 &scanned.batch,
@@ -231,7 +256,7 @@ impl TableProvider for StoredTable {
             }
         }
         let mut updated = 0u64;
-        for scanned in self.read_all()? {
+        for scanned in self.read_all(None)? {
             let mask = matching_rows(
                 &filters,
                 &scanned.batch,
@@ -279,7 +304,7 @@ impl TableProvider for StoredTable {
 
     async fn truncate(&self, _state: &dyn Session) -> DFResult<Arc<dyn ExecutionPlan>> {
         self.check_writable()?;
-        let count: usize = self.read_all()?.iter().map(|s| s.keys.len()).sum();
+        let count: usize = self.read_all(None)?.iter().map(|s| s.keys.len()).sum();
         self.table.truncate().map_err(EddyError::into_datafusion)?;
         count_result(count as u64)
     }

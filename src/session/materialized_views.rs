@@ -102,7 +102,8 @@ pub(super) async fn start_job(
     let reads_changes = spawn_job(engine, rel, graph, output, resume)?;
     std::mem::drop(paused);
     if reads_changes {
-        engine.checkpoints.run_round().await;
+        // The rows the tables and views read already hold, readable once committed.
+        engine.checkpoints.flush().await;
     }
     Ok(())
 }

@@ -124,7 +124,17 @@ impl Engine {
             crate::checkpoint::recovery::restore_job_state(&store, restored, &catalog.relations())?;
         }
         let restored = restored.map(|r| r.manifest.clone());
-        let schema_provider = Arc::new(CatalogSchemaProvider::new(catalog.clone(), store.clone()));
+        // Views are read as of the restored (committed) epoch until the next commit.
+        let serving = Arc::new(crate::state::ServingEpoch::default());
+        serving.publish(crate::state::ServingSnapshot::take(
+            &store,
+            restored.as_ref().map_or(0, |m| m.epoch),
+        ));
+        let schema_provider = Arc::new(CatalogSchemaProvider::new(
+            catalog.clone(),
+            store.clone(),
+            serving.clone(),
+        ));
 
         let session_config = SessionConfig::new()
             .with_default_catalog_and_schema(DATABASE_NAME, DEFAULT_SCHEMA)
@@ -155,6 +165,7 @@ impl Engine {
             store.clone(),
             catalog.clone(),
             storage,
+            serving,
             &config,
             restored.as_ref().map(|m| m.epoch).unwrap_or(0),
         ));
@@ -485,7 +496,7 @@ impl Session {
                 materialized_views::alter_parallelism(&self.engine, &alter).await
             }
             EddyStatement::Flush => {
-                self.engine.checkpoints.run_round().await;
+                self.engine.checkpoints.flush().await;
                 Ok(Outcome::Command("FLUSH".into()))
             }
         }
@@ -573,7 +584,14 @@ impl Session {
             LogicalPlan::Dml(d) => Some(d.op.clone()),
             _ => None,
         };
-        let df = self.engine.ctx.execute_logical_plan(plan).await?;
+        // One snapshot for every materialized view the statement reads.
+        let mut state = self.engine.ctx.state();
+        state
+            .config_mut()
+            .set_extension(Arc::new(crate::state::PinnedSnapshot(
+                self.engine.checkpoints.serving().current(),
+            )));
+        let df = datafusion::dataframe::DataFrame::new(state, plan);
         let schema: SchemaRef = Arc::new(df.schema().as_arrow().clone());
         let batches = df.collect().await?;
         match dml {

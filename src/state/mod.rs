@@ -10,11 +10,13 @@ pub mod cache_budget;
 pub mod changelog;
 pub mod keys;
 pub mod operator_state;
+pub mod serving_snapshot;
 pub mod state_table;
 pub mod store;
 
 pub use cache_budget::CacheBudget;
 pub use keys::{KeyGroup, MAX_PARALLELISM, key_group_of, stable_hash};
 pub use operator_state::OperatorState;
+pub use serving_snapshot::{PinnedSnapshot, ServingEpoch, ServingSnapshot};
 pub use state_table::StateTable;
 pub use store::StateStore;

@@ -362,6 +362,11 @@ impl StateTable {
 
     /// Reads the whole table, in key order, as batches with each row's state key.
     pub fn scan(&self) -> Result<Vec<ScannedBatch>> {
+        self.scan_at(None)
+    }
+
+    /// [`StateTable::scan`] as of a snapshot (`None`: now).
+    pub fn scan_at(&self, snapshot: Option<&super::ServingSnapshot>) -> Result<Vec<ScannedBatch>> {
         let parser = self.value_codec.parser();
         let mut out = Vec::new();
         let mut keys: Vec<Vec<u8>> = Vec::new();
@@ -381,7 +386,7 @@ impl StateTable {
             values.clear();
             Ok(())
         };
-        self.store.scan_prefix(&prefix, |k, v| {
+        let visit = |k: &[u8], v: &[u8]| {
             debug_assert!(k.len() >= KEY_PREFIX_LEN);
             keys.push(k.to_vec());
             values.push(v.to_vec());
@@ -389,7 +394,11 @@ impl StateTable {
                 flush(&mut keys, &mut values)?;
             }
             Ok(())
-        })?;
+        };
+        match snapshot {
+            Some(snapshot) => snapshot.scan_prefix(&prefix, visit)?,
+            None => self.store.scan_prefix(&prefix, visit)?,
+        }
         flush(&mut keys, &mut values)?;
         Ok(out)
     }

@@ -62,6 +62,10 @@ impl StateStore {
         &self.cache_budget
     }
 
+    pub(super) fn db(&self) -> &DB {
+        &self.db
+    }
+
     pub fn get(&self, key: &[u8]) -> Result<Option<Vec<u8>>> {
         Ok(self.db.get(key)?)
     }
@@ -106,8 +110,7 @@ impl StateStore {
         mut visit: impl FnMut(&[u8], &[u8]) -> Result<()>,
     ) -> Result<()> {
         let mut opts = ReadOptions::default();
-        let mut upper = prefix.to_vec();
-        if increment_bytes(&mut upper) {
+        if let Some(upper) = prefix_end(prefix) {
             opts.set_iterate_upper_bound(upper);
         }
         let iter = self
@@ -190,6 +193,13 @@ impl StateStore {
         }
         self.write(batch)
     }
+}
+
+/// The smallest key greater than every key starting with `prefix` (none if the prefix is
+/// all 0xff bytes).
+pub(super) fn prefix_end(prefix: &[u8]) -> Option<Vec<u8>> {
+    let mut end = prefix.to_vec();
+    increment_bytes(&mut end).then_some(end)
 }
 
 /// Turns `bytes` into the smallest byte string greater than every string it prefixes.

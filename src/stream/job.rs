@@ -86,6 +86,9 @@ pub struct JobInfo {
     /// Per subtask of the last fragment: the last barrier epoch it passed on
     /// (`u64::MAX` once it has ended).
     acked: Mutex<Vec<u64>>,
+    /// The last barrier epoch any subtask of the last fragment passed on: once the job
+    /// has finished, its final results are readable when this epoch is committed.
+    pub last_epoch: AtomicU64,
     /// Barrier inlets: one per connector source subtask and per change stream subtask
     /// (which uses them only once its change log has ended).
     injectors: Vec<UnboundedSender<Barrier>>,
@@ -121,6 +124,9 @@ impl JobInfo {
     }
 
     pub(super) fn ack(&self, subtask: usize, epoch: u64) {
+        if epoch != u64::MAX {
+            self.last_epoch.fetch_max(epoch, Ordering::SeqCst);
+        }
         if let Some(a) = self.acked.lock().get_mut(subtask) {
             *a = (*a).max(epoch);
         }
@@ -529,6 +535,7 @@ impl JobRegistry {
         let job = Arc::new(JobInfo {
             name: name.to_string(),
             state: Mutex::new(JobState::Running),
+            last_epoch: AtomicU64::new(0),
             error: Mutex::new(None),
             rows_read: AtomicU64::new(0),
             rows_written: AtomicU64::new(0),
