@@ -9,9 +9,13 @@
 //!    checkpoint's local copy), once with the data dir deleted (from the state store
 //!    alone) — timed until the server listens again with every view restored, and
 //!    checked by counting the view's rows.
+//! 3. The bounded state cache: a view with `EDDY_BENCH_GROUPS` (default 20000000)
+//!    distinct groups with `--state-cache-mb 64`, against the same with a cache large
+//!    enough for every group; throughput, the cache's peak and the server's peak resident
+//!    memory.
 //!
 //! `cargo bench --bench checkpoints` (events for part 1: `EDDY_BENCH_EVENTS`, default
-//! 10000000; `-- window` or `-- recovery` runs one part).
+//! 10000000; `-- window`, `-- recovery` or `-- groups` runs one part).
 
 #[allow(dead_code)]
 #[path = "../tests/common/mod.rs"]
@@ -209,6 +213,79 @@ async fn recovery(state_mb: u64) {
     disk_usage(temp.path());
 }
 
+/// The server's resident memory in bytes (Linux).
+fn resident_bytes(pid: u32) -> u64 {
+    std::fs::read_to_string(format!("/proc/{pid}/status"))
+        .ok()
+        .and_then(|status| {
+            status
+                .lines()
+                .find(|l| l.starts_with("VmRSS:"))
+                .and_then(|l| l.split_whitespace().nth(1))
+                .and_then(|kb| kb.parse::<u64>().ok())
+        })
+        .map_or(0, |kb| kb * 1024)
+}
+
+/// Part 3: `groups` distinct groups through a cache of `cache_mb`. Returns rows/s.
+async fn many_groups(groups: u64, cache_mb: u64) -> f64 {
+    let cache = cache_mb.to_string();
+    let server = TestServer::start_with_args(&["--state-cache-mb", &cache]);
+    let client = server.connect().await;
+    let started = Instant::now();
+    client
+        .batch_execute(&format!(
+            "SET streaming_parallelism = 2;
+             CREATE SOURCE gen (id BIGINT, v INT) WITH (
+                 connector = 'datagen',
+                 fields.id.kind = 'sequence', fields.id.start = 1, fields.id.end = {groups},
+                 fields.v.min = 0, fields.v.max = 1000,
+                 datagen.split.num = 2, datagen.rows.per.second = 0);
+             CREATE MATERIALIZED VIEW per_id AS
+                 SELECT id, count(*) AS n, sum(v) AS total FROM gen GROUP BY id;"
+        ))
+        .await
+        .unwrap();
+    let (mut peak_rss, mut peak_cache) = (0u64, 0f64);
+    let mut flushed = false;
+    loop {
+        peak_rss = peak_rss.max(resident_bytes(server.pid()));
+        peak_cache = peak_cache
+            .max(number(&client, "SELECT used_bytes FROM eddy_catalog.state_cache").await);
+        let job = rows(
+            &client,
+            "SELECT state, rows_read FROM eddy_catalog.jobs WHERE name = 'per_id'",
+        )
+        .await;
+        if job[0][0] == "finished" {
+            break;
+        }
+        if !flushed && job[0][1].parse::<u64>().unwrap() >= groups {
+            client.batch_execute("FLUSH").await.unwrap();
+            flushed = true;
+        }
+        tokio::time::sleep(Duration::from_millis(250)).await;
+    }
+    let rate = groups as f64 / started.elapsed().as_secs_f64();
+    let cache = rows(
+        &client,
+        "SELECT evictions, loads, early_barriers FROM eddy_catalog.state_cache",
+    )
+    .await;
+    let count = number(&client, "SELECT count(*) FROM per_id").await as u64;
+    assert_eq!(count, groups, "one row per group");
+    println!(
+        "{groups} groups, --state-cache-mb {cache_mb:>5}: {rate:>9.0} rows/s; cache peak {:.0} MB, \
+         server peak resident {:.0} MB; evictions {}, loads {}, early barriers {}",
+        peak_cache / 1e6,
+        peak_rss as f64 / 1e6,
+        cache[0][0],
+        cache[0][1],
+        cache[0][2]
+    );
+    rate
+}
+
 fn disk_usage(path: &Path) {
     let output = std::process::Command::new("du")
         .args(["-sh", &path.display().to_string()])
@@ -237,5 +314,14 @@ async fn main() {
     }
     if wanted("recovery") {
         recovery(env_number("EDDY_BENCH_STATE_MB", 1024)).await;
+    }
+    if wanted("groups") {
+        let groups = env_number("EDDY_BENCH_GROUPS", 20_000_000);
+        let unbounded = many_groups(groups, 16_384).await;
+        let bounded = many_groups(groups, 64).await;
+        println!(
+            "with a 64 MB cache: {:.2} x the throughput of a cache holding every group",
+            bounded / unbounded
+        );
     }
 }
