@@ -146,25 +146,46 @@ impl StateStore {
 
     /// Replaces the keys in each `[start, end)` range with those a checkpoint (a RocksDB
     /// directory, opened read-only) holds there. Returns the number of keys copied.
+    ///
+    /// Each range is written into a table file of its own and ingested whole, which is
+    /// several times faster than writing the keys through the memtable and the WAL. A
+    /// crash half-way leaves the ranges mixed; recovery then simply runs again.
     pub fn restore_ranges(&self, checkpoint: &Path, ranges: &[(Vec<u8>, Vec<u8>)]) -> Result<u64> {
-        const BATCH_KEYS: usize = 10_000;
         let source = DB::open_for_read_only(&Options::default(), checkpoint, false)?;
+        let scratch = self
+            .db
+            .path()
+            .parent()
+            .unwrap_or(self.db.path())
+            .join("restore-ingest");
+        std::fs::create_dir_all(&scratch)?;
+        let mut file_options = Options::default();
+        file_options.set_compression_type(rocksdb::DBCompressionType::Lz4);
+        let mut ingest = rocksdb::IngestExternalFileOptions::default();
+        ingest.set_move_files(true);
         let mut copied = 0;
-        for (start, end) in ranges {
+        for (i, (start, end)) in ranges.iter().enumerate() {
             self.delete_range(start, end)?;
+            let file = scratch.join(format!("{i}.sst"));
+            let mut writer = rocksdb::SstFileWriter::create(&file_options);
+            writer.open(&file)?;
+            let mut keys = 0u64;
             let mut opts = ReadOptions::default();
             opts.set_iterate_upper_bound(end.clone());
-            let mut batch = WriteBatch::default();
             for item in source.iterator_opt(IteratorMode::From(start, Direction::Forward), opts) {
                 let (k, v) = item?;
-                batch.put(k, v);
-                copied += 1;
-                if batch.len() >= BATCH_KEYS {
-                    self.write(std::mem::take(&mut batch))?;
-                }
+                writer.put(k, v)?;
+                keys += 1;
             }
-            self.write(batch)?;
+            if keys > 0 {
+                writer.finish()?;
+                self.db.ingest_external_file_opts(&ingest, vec![&file])?;
+            }
+            drop(writer);
+            let _ = std::fs::remove_file(&file);
+            copied += keys;
         }
+        let _ = std::fs::remove_dir_all(&scratch);
         Ok(copied)
     }
 
