@@ -9,7 +9,7 @@
 
 use super::StateStore;
 use crate::error::Result;
-use rocksdb::{DB, Direction, IteratorMode, ReadOptions, SnapshotWithThreadMode};
+use rocksdb::{DB, Direction, IteratorMode, SnapshotWithThreadMode};
 use std::sync::Arc;
 
 pub struct ServingSnapshot {
@@ -52,23 +52,13 @@ impl ServingSnapshot {
     pub fn scan_prefix(
         &self,
         prefix: &[u8],
-        mut visit: impl FnMut(&[u8], &[u8]) -> Result<()>,
+        visit: impl FnMut(&[u8], &[u8]) -> Result<()>,
     ) -> Result<()> {
-        let mut opts = ReadOptions::default();
-        if let Some(upper) = super::store::prefix_end(prefix) {
-            opts.set_iterate_upper_bound(upper);
-        }
-        let iter = self
-            .snapshot
-            .iterator_opt(IteratorMode::From(prefix, Direction::Forward), opts);
-        for item in iter {
-            let (k, v) = item?;
-            if !k.starts_with(prefix) {
-                break;
-            }
-            visit(&k, &v)?;
-        }
-        Ok(())
+        let iter = self.snapshot.iterator_opt(
+            IteratorMode::From(prefix, Direction::Forward),
+            super::store::prefix_read_options(prefix),
+        );
+        super::store::visit_prefix(iter, prefix, visit)
     }
 }
 

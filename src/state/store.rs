@@ -107,23 +107,13 @@ impl StateStore {
     pub fn scan_prefix(
         &self,
         prefix: &[u8],
-        mut visit: impl FnMut(&[u8], &[u8]) -> Result<()>,
+        visit: impl FnMut(&[u8], &[u8]) -> Result<()>,
     ) -> Result<()> {
-        let mut opts = ReadOptions::default();
-        if let Some(upper) = prefix_end(prefix) {
-            opts.set_iterate_upper_bound(upper);
-        }
-        let iter = self
-            .db
-            .iterator_opt(IteratorMode::From(prefix, Direction::Forward), opts);
-        for item in iter {
-            let (k, v) = item?;
-            if !k.starts_with(prefix) {
-                break;
-            }
-            visit(&k, &v)?;
-        }
-        Ok(())
+        let iter = self.db.iterator_opt(
+            IteratorMode::From(prefix, Direction::Forward),
+            prefix_read_options(prefix),
+        );
+        visit_prefix(iter, prefix, visit)
     }
 
     /// Whether any key starts with `prefix`.
@@ -214,6 +204,31 @@ impl StateStore {
         }
         self.write(batch)
     }
+}
+
+/// Read options that stop iteration after the keys starting with `prefix`.
+pub(super) fn prefix_read_options(prefix: &[u8]) -> ReadOptions {
+    let mut opts = ReadOptions::default();
+    if let Some(upper) = prefix_end(prefix) {
+        opts.set_iterate_upper_bound(upper);
+    }
+    opts
+}
+
+/// Visits the pairs of an iterator positioned at `prefix` while their keys start with it.
+pub(super) fn visit_prefix(
+    iter: impl Iterator<Item = std::result::Result<(Box<[u8]>, Box<[u8]>), rocksdb::Error>>,
+    prefix: &[u8],
+    mut visit: impl FnMut(&[u8], &[u8]) -> Result<()>,
+) -> Result<()> {
+    for item in iter {
+        let (k, v) = item?;
+        if !k.starts_with(prefix) {
+            break;
+        }
+        visit(&k, &v)?;
+    }
+    Ok(())
 }
 
 /// The smallest key greater than every key starting with `prefix` (none if the prefix is
