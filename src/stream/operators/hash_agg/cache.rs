@@ -24,6 +24,9 @@ const SLOT_BYTES: usize = 96;
 const CALL_BYTES: usize = 24;
 /// Memory of a counted value (`min`/`max`/`count(DISTINCT)`) besides its bytes.
 const VALUE_BYTES: usize = 48;
+/// The most slots one eviction pass looks at: when nearly every group has changed since
+/// the last barrier, a pass must not cost a sweep over all of them per chunk.
+const MAX_SWEEP: usize = 16_384;
 
 /// The estimated memory of one counted value.
 pub(super) fn value_bytes(value: &[u8]) -> usize {
@@ -134,8 +137,9 @@ impl HashAgg {
         let mut to_free = (excess as u128 * self.resident_bytes as u128 / used as u128) as usize;
         let slots = self.group_rows.len();
         let mut evicted = 0;
-        // Two turns of the clock: the first may only clear reference bits.
-        for _ in 0..2 * slots {
+        // Up to two turns of the clock (the first may only clear reference bits), at most
+        // MAX_SWEEP slots; what is left waits for the next pass or barrier.
+        for _ in 0..(2 * slots).min(MAX_SWEEP) {
             if to_free == 0 {
                 break;
             }
