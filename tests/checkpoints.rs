@@ -376,6 +376,31 @@ async fn recovery_from_s3_alone_after_losing_the_data_dir() {
     .await;
 }
 
+/// `view`'s job runs `parallelism` aggregate subtasks, unless it has already finished.
+async fn assert_aggregate_subtasks(
+    client: &tokio_postgres::Client,
+    view: &str,
+    parallelism: usize,
+    when: &str,
+) {
+    let running = view_rows(
+        client,
+        &format!(
+            "SELECT count(*) FROM eddy_catalog.tasks WHERE job = '{view}' AND operators LIKE '%HashAgg%'"
+        ),
+    )
+    .await;
+    let state = view_rows(
+        client,
+        &format!("SELECT state FROM eddy_catalog.jobs WHERE name = '{view}'"),
+    )
+    .await;
+    assert!(
+        running == vec![vec![parallelism.to_string()]] || state[0][0] == "finished",
+        "{when} {view} runs {parallelism} aggregate subtasks: {running:?}"
+    );
+}
+
 /// `ALTER MATERIALIZED VIEW ... SET PARALLELISM` while the sources run, and a restart
 /// with another number of workers (views at the default parallelism follow it):
 /// aggregates find their keys' state in whichever subtask the key groups now map to, and
@@ -392,11 +417,6 @@ async fn rescaling_moves_key_groups_and_results_stay_exact() {
         .unwrap();
     // No `streaming_parallelism`: views run at the number of workers (2).
     create_views(&client).await;
-    let subtasks = |job: &'static str| {
-        format!(
-            "SELECT count(*) FROM eddy_catalog.tasks WHERE job = '{job}' AND operators LIKE '%HashAgg%'"
-        )
-    };
     let steps: &[(&str, usize)] = &[("per_auction", 3), ("tumbling_eowc", 1), ("per_key", 4)];
     for (view, parallelism) in steps {
         tokio::time::sleep(Duration::from_millis(600)).await;
@@ -406,16 +426,7 @@ async fn rescaling_moves_key_groups_and_results_stay_exact() {
             ))
             .await
             .unwrap();
-        let running = view_rows(&client, &subtasks(view)).await;
-        let finished = view_rows(
-            &client,
-            &format!("SELECT state FROM eddy_catalog.jobs WHERE name = '{view}'"),
-        )
-        .await;
-        assert!(
-            running == vec![vec![parallelism.to_string()]] || finished[0][0] == "finished",
-            "{view} runs {parallelism} aggregate subtasks: {running:?}"
-        );
+        assert_aggregate_subtasks(&client, view, *parallelism, "after ALTER").await;
     }
     // A restart with three workers: views left at the default follow the workers (3),
     // altered ones keep their parallelism; all keep their state.
@@ -427,16 +438,7 @@ async fn rescaling_moves_key_groups_and_results_stay_exact() {
     );
     client = server.connect().await;
     for (view, parallelism) in [("per_channel", 3), ("tumbling", 3), ("tumbling_eowc", 1)] {
-        let running = view_rows(&client, &subtasks(view)).await;
-        let state = view_rows(
-            &client,
-            &format!("SELECT state FROM eddy_catalog.jobs WHERE name = '{view}'"),
-        )
-        .await;
-        assert!(
-            running == vec![vec![parallelism.to_string()]] || state[0][0] == "finished",
-            "after the restart {view} runs {parallelism} aggregate subtasks: {running:?}"
-        );
+        assert_aggregate_subtasks(&client, view, parallelism, "after the restart").await;
     }
     client
         .batch_execute("ALTER MATERIALIZED VIEW per_auction SET PARALLELISM = 2")

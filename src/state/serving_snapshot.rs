@@ -14,10 +14,10 @@ use std::sync::Arc;
 
 pub struct ServingSnapshot {
     epoch: u64,
-    /// Borrows the database inside `store`. Declared before `store` so that it is dropped
-    /// first; the `Arc` keeps the database alive, at a stable address, until then.
+    /// Borrows the database inside `_store`. Declared before `_store` so that it is
+    /// dropped first; the `Arc` keeps the database alive, at a stable address, until then.
     snapshot: SnapshotWithThreadMode<'static, DB>,
-    store: Arc<StateStore>,
+    _store: Arc<StateStore>,
 }
 
 impl ServingSnapshot {
@@ -35,16 +35,12 @@ impl ServingSnapshot {
         Arc::new(Self {
             epoch,
             snapshot,
-            store: store.clone(),
+            _store: store.clone(),
         })
     }
 
     pub fn epoch(&self) -> u64 {
         self.epoch
-    }
-
-    pub fn store(&self) -> &Arc<StateStore> {
-        &self.store
     }
 
     /// Visits every key-value pair whose key starts with `prefix`, in key order, as of
@@ -72,7 +68,6 @@ pub struct PinnedSnapshot(pub Option<Arc<ServingSnapshot>>);
 #[derive(Default)]
 pub struct ServingEpoch {
     current: parking_lot::RwLock<Option<Arc<ServingSnapshot>>>,
-    published: tokio::sync::Notify,
 }
 
 impl std::fmt::Debug for ServingEpoch {
@@ -88,8 +83,6 @@ impl ServingEpoch {
         if current.as_ref().is_none_or(|c| c.epoch <= snapshot.epoch) {
             *current = Some(snapshot);
         }
-        drop(current);
-        self.published.notify_waiters();
     }
 
     /// The snapshot reads use now (`None` before the first one: read the live state).
