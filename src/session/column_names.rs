@@ -101,3 +101,21 @@ pub fn rename(schema: &SchemaRef, names: &[Option<String>]) -> SchemaRef {
         .collect();
     Arc::new(Schema::new_with_metadata(fields, schema.metadata().clone()))
 }
+
+/// The column names of a view over `query` with these (DataFusion-named) fields:
+/// unaliased expressions get the names PostgreSQL gives them (`count`, `?column?`).
+pub fn view_column_names(
+    query: &datafusion::sql::sqlparser::ast::Query,
+    fields: &arrow::datatypes::Fields,
+) -> Vec<String> {
+    let pg = names_of_set_expr(&query.body).filter(|n| n.len() == fields.len());
+    fields
+        .iter()
+        .enumerate()
+        .map(|(i, f)| {
+            pg.as_ref()
+                .and_then(|n| n[i].clone())
+                .unwrap_or_else(|| f.name().clone())
+        })
+        .collect()
+}

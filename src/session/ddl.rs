@@ -239,7 +239,7 @@ pub(super) async fn create_view(session: &Session, view: CreateView) -> Result<O
     }
     let schema = plan.schema();
     let names: Vec<String> = if view.columns.is_empty() {
-        schema.fields().iter().map(|f| f.name().clone()).collect()
+        super::column_names::view_column_names(&view.query, schema.fields())
     } else {
         if view.columns.len() > schema.fields().len() {
             return Err(EddyError::syntax(

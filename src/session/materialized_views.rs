@@ -161,12 +161,7 @@ pub(super) async fn create(
     let parallelism = session.streaming_parallelism()?;
     let (plan, graph) = plan_graph(engine, &query_sql, parallelism, emit_on_window_close).await?;
     let names: Vec<String> = if view.columns.is_empty() {
-        graph
-            .schema
-            .fields()
-            .iter()
-            .map(|f| f.name().clone())
-            .collect()
+        super::column_names::view_column_names(&view.query, graph.schema.fields())
     } else {
         if view.columns.len() != graph.schema.fields().len() {
             return Err(EddyError::syntax(

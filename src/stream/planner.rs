@@ -152,6 +152,7 @@ impl Partial {
             ),
             None => describe,
         };
+        let append_only = !agg.input.keyed();
         let (exprs, types, calls, schema, post, window_close) = (
             agg.group_exprs.clone(),
             agg.group_types.clone(),
@@ -167,7 +168,8 @@ impl Partial {
                 calls.clone(),
                 schema.clone(),
                 post.clone(),
-            )?;
+            )?
+            .append_only_input(append_only);
             Ok(Box::new(match window_close {
                 Some(key) => agg.emit_on_window_close(key)?,
                 None => agg,
@@ -562,9 +564,6 @@ fn visit(plan: &LogicalPlan, ctx: &PlanContext) -> Result<Partial> {
             };
             if list.depth != 1 || !unnest.struct_type_columns.is_empty() {
                 return Err(unsupported("nested or struct unnest"));
-            }
-            if input.keyed() {
-                return Err(unsupported("unnest over a table or an aggregate"));
             }
             let list_column = *list_column;
             let sources = unnest.dependency_indices.clone();

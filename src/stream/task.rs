@@ -590,9 +590,10 @@ impl Task {
     }
 
     /// Handles an aligned barrier: at a final one the chain first releases what it holds
-    /// (closing every window); then the view's pending changes are written and the
-    /// barrier is passed on (or, at the job's output, acknowledged). `Ok(false)` when the
-    /// task is done: downstream is gone or the barrier was final.
+    /// (closing every window); then the operators release the epoch's changes, the
+    /// view's pending changes are written and the barrier is passed on (or, at the job's
+    /// output, acknowledged). `Ok(false)` when the task is done: downstream is gone or
+    /// the barrier was final.
     async fn barrier(&mut self, job: &JobInfo, barrier: Barrier) -> Result<bool> {
         if barrier.is_final {
             let busy = Instant::now();
@@ -601,6 +602,13 @@ impl Task {
             if !self.emit(job, outputs).await? {
                 return Ok(false);
             }
+        }
+        // What the operators hold until the end of the epoch (aggregates' changes).
+        let busy = Instant::now();
+        let outputs = super::operators::barrier_chain(&mut self.chain)?;
+        add_time(&self.info.busy_ns, busy);
+        if !self.emit(job, outputs).await? {
+            return Ok(false);
         }
         let busy = Instant::now();
         self.write_state()?;

@@ -31,6 +31,12 @@ pub trait Operator: Send {
         Ok((vec![], vec![watermark]))
     }
 
+    /// A barrier is about to pass: rows held back until the end of the epoch (an
+    /// aggregate's one change per group). Called before [`Operator::checkpoint`].
+    fn on_barrier(&mut self) -> Result<Vec<StreamChunk>> {
+        Ok(vec![])
+    }
+
     /// The input has ended for good (a final watermark): rows still held back.
     fn finish(&mut self) -> Result<Vec<StreamChunk>> {
         Ok(vec![])
@@ -101,9 +107,22 @@ pub fn run_watermark(
 /// The input has ended: what each operator still holds, run through the operators after
 /// it.
 pub fn finish_chain(chain: &mut [Box<dyn Operator>]) -> Result<Vec<StreamChunk>> {
+    release_chain(chain, |op| op.finish())
+}
+
+/// A barrier is about to pass: what each operator releases at the end of the epoch, run
+/// through the operators after it (which release theirs after taking it in).
+pub fn barrier_chain(chain: &mut [Box<dyn Operator>]) -> Result<Vec<StreamChunk>> {
+    release_chain(chain, |op| op.on_barrier())
+}
+
+fn release_chain(
+    chain: &mut [Box<dyn Operator>],
+    release: impl Fn(&mut dyn Operator) -> Result<Vec<StreamChunk>>,
+) -> Result<Vec<StreamChunk>> {
     let mut out = Vec::new();
     for i in 0..chain.len() {
-        let held = chain[i].finish()?;
+        let held = release(chain[i].as_mut())?;
         if !held.is_empty() {
             out.extend(run_chunks(&mut chain[i + 1..], held)?);
         }

@@ -2,8 +2,9 @@
 //!
 //! Layout: the group's input row count (i64), whether its row is shown (one byte), then
 //! each call's state in call order — a count (i64), a sum (i128 or f64) with its count
-//! of non-null inputs (i64), or the counted values (u32 length, then per value its
-//! length, bytes and count). Numbers are little-endian.
+//! of non-null inputs (i64), an interval sum (three i128: months, days, nanoseconds)
+//! with its count, or the counted values (u32 length, then per value its length, bytes
+//! and count). Numbers are little-endian.
 
 use super::{AggState, HashAgg};
 use crate::error::{EddyError, Result};
@@ -54,6 +55,12 @@ impl HashAgg {
                     out.extend_from_slice(&s[g].to_le_bytes());
                     out.extend_from_slice(&n[g].to_le_bytes());
                 }
+                AggState::IntervalSum(s, n) => {
+                    for part in s[g] {
+                        out.extend_from_slice(&part.to_le_bytes());
+                    }
+                    out.extend_from_slice(&n[g].to_le_bytes());
+                }
                 AggState::Values { counts, .. } => {
                     out.extend_from_slice(&(counts[g].len() as u32).to_le_bytes());
                     for (value, count) in &counts[g] {
@@ -81,6 +88,12 @@ impl HashAgg {
                 }
                 AggState::FloatSum(s, n) => {
                     s[g] = f64::from_le_bytes(r.take()?);
+                    n[g] = r.i64()?;
+                }
+                AggState::IntervalSum(s, n) => {
+                    for part in &mut s[g] {
+                        *part = i128::from_le_bytes(r.take()?);
+                    }
                     n[g] = r.i64()?;
                 }
                 AggState::Values { counts, .. } => {

@@ -16,6 +16,7 @@
 
 mod cache;
 mod codec;
+mod exact;
 
 use cache::GroupCache;
 use codec::CLOSED_BELOW_KEY;
@@ -28,7 +29,7 @@ use crate::state::OperatorState;
 use crate::stream::{Op, StreamChunk, Watermark};
 use arrow::array::{Array, ArrayRef, AsArray, Float64Array, Int64Array, RecordBatch};
 use arrow::compute::cast;
-use arrow::datatypes::{DataType, Float64Type, Int64Type, SchemaRef};
+use arrow::datatypes::{DataType, Float64Type, SchemaRef};
 use arrow::row::{RowConverter, SortField};
 use datafusion::common::ScalarValue;
 use datafusion::physical_expr::PhysicalExpr;
@@ -67,9 +68,12 @@ pub enum PostOp {
 /// Per-group state of one aggregate call, stored column-wise by group index.
 enum AggState {
     Count(Vec<i64>),
-    /// Sums of integers (exact in i128) with the count of non-null inputs.
+    /// Exact sums (integers, durations, decimals as raw values at the input's scale) in
+    /// i128, with the count of non-null inputs; see [`exact`].
     IntSum(Vec<i128>, Vec<i64>),
     FloatSum(Vec<f64>, Vec<i64>),
+    /// Sums of intervals: months, days and nanoseconds apart, with the count of inputs.
+    IntervalSum(Vec<[i128; 3]>, Vec<i64>),
     /// Per group, how many times each value (memcomparable) is present; the smallest or
     /// largest key is the result. `count(DISTINCT)` counts the keys.
     Values {
@@ -87,6 +91,28 @@ enum Extreme {
     Max,
     /// `count(DISTINCT)`: the number of distinct values.
     Distinct,
+}
+
+/// The state of a `sum` or `avg`: exact for integers, decimals and durations (as
+/// DataFusion's batch aggregate is), per component for intervals, `f64` for floats and
+/// for the average of integers (DataFusion averages those as floats too).
+fn sum_state(call: &AggCall) -> Result<AggState> {
+    let arg = &call.arg_type;
+    Ok(match (call.kind, arg) {
+        (_, DataType::Decimal256(..)) => {
+            return Err(EddyError::not_supported(
+                "sum/avg of numeric with more than 38 digits is not supported in a materialized view",
+            ));
+        }
+        (AggKind::Sum, DataType::Interval(_)) => AggState::IntervalSum(vec![], vec![]),
+        (AggKind::Sum, _) if exact::is_exact(arg) && !call.output_type.is_floating() => {
+            AggState::IntSum(vec![], vec![])
+        }
+        (AggKind::Avg, DataType::Decimal128(..) | DataType::Duration(_)) => {
+            AggState::IntSum(vec![], vec![])
+        }
+        _ => AggState::FloatSum(vec![], vec![]),
+    })
 }
 
 pub struct HashAgg {
@@ -129,6 +155,16 @@ pub struct HashAgg {
     referenced: Vec<bool>,
     /// Estimated bytes of all groups in memory.
     resident_bytes: usize,
+    /// The input only inserts: `min`/`max` keep just the extreme, not every value.
+    append_only: bool,
+    /// Groups changed in this epoch, in first-touched order, with the row of
+    /// `previous` each showed before (none if it showed no row). Their changes are
+    /// emitted at the barrier: one change per group per epoch.
+    pending: Vec<usize>,
+    pending_previous: HashMap<usize, Option<usize>>,
+    /// Rows the pending groups showed at the start of the epoch.
+    previous: Vec<RecordBatch>,
+    previous_rows: usize,
 }
 
 /// `EMIT ON WINDOW CLOSE`: groups are held back until the watermark passes their window
@@ -194,13 +230,7 @@ impl HashAgg {
                 Ok(match c.kind {
                     AggKind::CountStar | AggKind::Count => AggState::Count(vec![]),
                     AggKind::CountDistinct => values(Extreme::Distinct)?,
-                    AggKind::Sum | AggKind::Avg => {
-                        if c.output_type.is_floating() || c.kind == AggKind::Avg {
-                            AggState::FloatSum(vec![], vec![])
-                        } else {
-                            AggState::IntSum(vec![], vec![])
-                        }
-                    }
+                    AggKind::Sum | AggKind::Avg => sum_state(c)?,
                     AggKind::Min => values(Extreme::Min)?,
                     AggKind::Max => values(Extreme::Max)?,
                 })
@@ -230,7 +260,19 @@ impl HashAgg {
             sizes: vec![],
             referenced: vec![],
             resident_bytes: 0,
+            append_only: false,
+            pending: vec![],
+            pending_previous: HashMap::new(),
+            previous: vec![],
+            previous_rows: 0,
         })
+    }
+
+    /// The input is append-only (a connector source, no deletes ever): `min` and `max`
+    /// keep only the current extreme per group.
+    pub fn append_only_input(mut self, append_only: bool) -> Self {
+        self.append_only = append_only;
+        self
     }
 
     /// Emits each group only once its window (group key `key`) is closed by the watermark.
@@ -265,6 +307,10 @@ impl HashAgg {
                         v[g] = 0.0;
                         n[g] = 0;
                     }
+                    AggState::IntervalSum(v, n) => {
+                        v[g] = [0; 3];
+                        n[g] = 0;
+                    }
                     AggState::Values { counts, .. } => counts[g].clear(),
                 }
             }
@@ -286,6 +332,10 @@ impl HashAgg {
                 }
                 AggState::FloatSum(v, n) => {
                     v.push(0.0);
+                    n.push(0);
+                }
+                AggState::IntervalSum(v, n) => {
+                    v.push([0; 3]);
                     n.push(0);
                 }
                 AggState::Values { counts, .. } => counts.push(BTreeMap::new()),
@@ -435,12 +485,25 @@ impl HashAgg {
                     }
                 }
                 (AggState::IntSum(sums, n), Some(a)) => {
-                    let a = cast(&a, &DataType::Int64)?;
-                    let a = a.as_primitive::<Int64Type>();
+                    let a = exact::ExactColumn::of(&a)?;
+                    for (i, (g, sign)) in ids.iter().zip(signs).enumerate() {
+                        if let Some(v) = a.get(i) {
+                            sums[*g] += v * *sign as i128;
+                            n[*g] += sign;
+                        }
+                    }
+                }
+                (AggState::IntervalSum(sums, n), Some(a)) => {
+                    let a = exact::interval_column(&a)?;
                     for (i, (g, sign)) in ids.iter().zip(signs).enumerate() {
                         if a.is_valid(i) {
-                            sums[*g] += a.value(i) as i128 * *sign as i128;
-                            n[*g] += sign;
+                            let v = a.value(i);
+                            let sign = *sign as i128;
+                            let sum = &mut sums[*g];
+                            sum[0] += v.months as i128 * sign;
+                            sum[1] += v.days as i128 * sign;
+                            sum[2] += v.nanoseconds as i128 * sign;
+                            n[*g] += sign as i64;
                         }
                     }
                 }
@@ -477,6 +540,28 @@ impl HashAgg {
                         let value = rows.row(i);
                         let group = &mut counts[*g];
                         let bytes = cache::value_bytes(value.as_ref());
+                        if self.append_only && *take != Extreme::Distinct {
+                            // Nothing is ever retracted: the extreme alone is the state.
+                            let current = if *take == Extreme::Max {
+                                group.keys().next_back()
+                            } else {
+                                group.keys().next()
+                            };
+                            let better = match current {
+                                None => true,
+                                Some(c) if *take == Extreme::Max => value.as_ref() > c.as_slice(),
+                                Some(c) => value.as_ref() < c.as_slice(),
+                            };
+                            if better {
+                                let freed: usize =
+                                    group.keys().map(|k| cache::value_bytes(k)).sum();
+                                group.clear();
+                                group.insert(value.as_ref().to_vec(), 1);
+                                self.sizes[*g] = self.sizes[*g] + bytes - freed;
+                                self.resident_bytes = self.resident_bytes + bytes - freed;
+                            }
+                            continue;
+                        }
                         match group.get_mut(value.as_ref()) {
                             Some(c) => {
                                 *c += sign;
@@ -520,27 +605,28 @@ impl HashAgg {
                 AggState::Count(c) => {
                     Arc::new(Int64Array::from_iter_values(groups.iter().map(|g| c[*g])))
                 }
-                AggState::IntSum(s, n) => {
-                    let values: Vec<Option<i128>> = groups
+                AggState::IntSum(s, n) if call.kind == AggKind::Avg => exact::avg_array(
+                    groups
+                        .iter()
+                        .map(|g| (n[*g] > 0).then_some((s[*g], n[*g])))
+                        .collect(),
+                    &call.arg_type,
+                    field.data_type(),
+                )?,
+                AggState::IntSum(s, n) => exact::sum_array(
+                    groups
                         .iter()
                         .map(|g| (n[*g] > 0).then_some(s[*g]))
-                        .collect();
-                    let as_i64: Vec<Option<i64>> = values
+                        .collect(),
+                    field.data_type(),
+                )?,
+                AggState::IntervalSum(s, n) => exact::interval_array(
+                    groups
                         .iter()
-                        .map(|v| {
-                            v.map(|x| {
-                                i64::try_from(x).map_err(|_| {
-                                    EddyError::new(
-                                        crate::error::sqlstate::NUMERIC_VALUE_OUT_OF_RANGE,
-                                        "bigint out of range",
-                                    )
-                                })
-                            })
-                            .transpose()
-                        })
-                        .collect::<Result<_>>()?;
-                    Arc::new(Int64Array::from(as_i64))
-                }
+                        .map(|g| (n[*g] > 0).then_some(s[*g]))
+                        .collect(),
+                    field.data_type(),
+                )?,
                 AggState::FloatSum(s, n) => {
                     Arc::new(Float64Array::from_iter(groups.iter().map(|g| {
                         if n[*g] == 0 {
@@ -790,31 +876,56 @@ impl Operator for HashAgg {
             return Ok(vec![]);
         }
         let ids = self.group_ids(&chunk.batch)?;
-        let mut touched: Vec<usize> = Vec::new();
-        let mut seen = std::collections::HashSet::new();
+        // Groups first changed in this epoch: remember the row they show now, to retract
+        // it at the barrier.
+        let mut first_touched: Vec<usize> = Vec::new();
         for g in &ids {
-            if seen.insert(*g) {
-                touched.push(*g);
+            if let std::collections::hash_map::Entry::Vacant(e) = self.pending_previous.entry(*g) {
+                e.insert(None);
+                self.pending.push(*g);
+                if self.visible[*g] {
+                    first_touched.push(*g);
+                }
             }
         }
-        // The rows these groups show now, to retract them.
-        let before: Vec<usize> = touched
-            .iter()
-            .copied()
-            .filter(|g| self.visible[*g])
-            .collect();
-        let (old_batch, _) = self.output_rows(&before)?;
-        let old_rows: HashMap<usize, usize> =
-            before.iter().enumerate().map(|(i, g)| (*g, i)).collect();
+        if !first_touched.is_empty() {
+            let (rows, _) = self.output_rows(&first_touched)?;
+            for (i, g) in first_touched.iter().enumerate() {
+                self.pending_previous
+                    .insert(*g, Some(self.previous_rows + i));
+            }
+            self.previous_rows += first_touched.len();
+            self.previous.push(rows);
+        }
         let signs: Vec<i64> = chunk
             .ops
             .iter()
             .map(|o| if o.is_insert() { 1 } else { -1 })
             .collect();
         self.update(&chunk.batch, &ids, &signs)?;
-        let changes = self.emit_changes(&touched, &old_batch, &old_rows)?;
         self.settle_cache();
-        Ok(changes)
+        Ok(vec![])
+    }
+
+    /// A barrier: the change of every group changed in this epoch, from the row it
+    /// showed at the epoch's start to the row it shows now.
+    fn on_barrier(&mut self) -> Result<Vec<StreamChunk>> {
+        if self.pending.is_empty() {
+            return Ok(vec![]);
+        }
+        let groups = std::mem::take(&mut self.pending);
+        let previous = std::mem::take(&mut self.previous);
+        self.previous_rows = 0;
+        let old_rows: HashMap<usize, usize> = self
+            .pending_previous
+            .drain()
+            .filter_map(|(g, row)| row.map(|r| (g, r)))
+            .collect();
+        let old_batch = match previous.first() {
+            Some(first) => arrow::compute::concat_batches(&first.schema(), &previous)?,
+            None => self.output_rows(&[])?.0,
+        };
+        self.emit_changes(&groups, &old_batch, &old_rows)
     }
 }
 
