@@ -1,9 +1,9 @@
 //! Filter: keeps the rows for which a predicate is true (NULL counts as false), with
-//! their ops and keys.
+//! their ops and keys; an update half of which passes becomes a delete or an insert.
 
 use super::Operator;
 use crate::error::Result;
-use crate::stream::StreamChunk;
+use crate::stream::{Op, StreamChunk};
 use arrow::array::{Array, AsArray, BooleanArray};
 use arrow::compute::filter_record_batch;
 use datafusion::physical_expr::PhysicalExpr;
@@ -33,11 +33,22 @@ pub fn mask(
     })
 }
 
-/// Applies a mask to a chunk's rows, ops and keys.
+/// Applies a mask to a chunk's rows, ops and keys. An update whose old row is kept and
+/// new row dropped becomes a delete, and the other way round an insert: an
+/// `UpdateDelete` never leaves without its `UpdateInsert`.
 pub fn filter_chunk(chunk: StreamChunk, keep: &BooleanArray) -> Result<StreamChunk> {
     let batch = filter_record_batch(&chunk.batch, keep)?;
-    let ops = chunk
-        .ops
+    let mut ops = chunk.ops;
+    for i in 1..ops.len() {
+        if ops[i - 1] == Op::UpdateDelete && ops[i] == Op::UpdateInsert {
+            match (keep.value(i - 1), keep.value(i)) {
+                (true, false) => ops[i - 1] = Op::Delete,
+                (false, true) => ops[i] = Op::Insert,
+                _ => {}
+            }
+        }
+    }
+    let ops = ops
         .iter()
         .zip(keep.values().iter())
         .filter(|(_, k)| *k)

@@ -1,8 +1,14 @@
 //! Unnest: one output row per element of a list column, the other columns repeated.
 //! `HOP` windows use it: each row is emitted once per window it falls in.
+//!
+//! Over an updating stream (a table, a view) every output row keeps its input row's op
+//! and gets a stream key of its own: the input row's key followed by the element's
+//! position in the list, so a delete retracts the row from every window it was in. An
+//! update becomes a delete and an insert: its old and new rows may fall into different
+//! windows, so the output rows of the two halves are not pairs.
 
 use super::{Operator, WatermarkOutput};
-use crate::error::{EddyError, Result};
+use crate::error::Result;
 use crate::stream::{Op, StreamChunk, Watermark};
 use arrow::array::{Array, AsArray, RecordBatch, UInt32Array};
 use arrow::compute::take;
@@ -48,15 +54,11 @@ impl Operator for Unnest {
     }
 
     fn process(&mut self, chunk: StreamChunk) -> Result<Vec<StreamChunk>> {
-        if chunk.keys.is_some() {
-            return Err(EddyError::not_supported(
-                "unnest after an aggregate is not supported yet",
-            ));
-        }
         let lists = chunk.batch.column(self.list_column).as_list::<i32>();
         // Row i of the input repeats once per element of its list (none for NULL).
         let mut repeat = Vec::with_capacity(lists.values().len());
         let mut elements = Vec::with_capacity(lists.values().len());
+        let mut keys = chunk.keys.as_ref().map(|_| Vec::new());
         let offsets = lists.value_offsets();
         for row in 0..lists.len() {
             if lists.is_null(row) {
@@ -65,6 +67,11 @@ impl Operator for Unnest {
             for e in offsets[row]..offsets[row + 1] {
                 repeat.push(row as u32);
                 elements.push(e as u32);
+                if let (Some(keys), Some(input_keys)) = (&mut keys, &chunk.keys) {
+                    let mut key = input_keys[row].clone();
+                    key.extend_from_slice(&((e - offsets[row]) as u32).to_be_bytes());
+                    keys.push(key);
+                }
             }
         }
         let repeat = UInt32Array::from(repeat);
@@ -84,13 +91,13 @@ impl Operator for Unnest {
         let ops: Vec<Op> = repeat
             .values()
             .iter()
-            .map(|r| chunk.ops[*r as usize])
+            .map(|r| match chunk.ops[*r as usize] {
+                Op::UpdateDelete => Op::Delete,
+                Op::UpdateInsert => Op::Insert,
+                op => op,
+            })
             .collect();
         let batch = RecordBatch::try_new(self.schema.clone(), columns)?;
-        Ok(vec![StreamChunk {
-            ops,
-            batch,
-            keys: None,
-        }])
+        Ok(vec![StreamChunk { ops, batch, keys }])
     }
 }
