@@ -30,6 +30,7 @@ pub mod sqlstate {
     pub const QUERY_CANCELED: &str = "57014";
     pub const INVALID_PASSWORD: &str = "28P01";
     pub const PROTOCOL_VIOLATION: &str = "08P01";
+    pub const IN_FAILED_SQL_TRANSACTION: &str = "25P02";
     pub const INTERNAL_ERROR: &str = "XX000";
     pub const IO_ERROR: &str = "58030";
 }

@@ -264,6 +264,13 @@ fn slt_files() -> Vec<PathBuf> {
         .expect("sql-tests directory exists")
         .map(|e| e.unwrap().path())
         .filter(|p| p.extension().is_some_and(|e| e == "slt"))
+        // `EDDY_SLT=name` runs only the files whose name contains it (while developing).
+        .filter(|p| {
+            std::env::var("EDDY_SLT").map_or(true, |only| {
+                p.file_name()
+                    .is_some_and(|n| n.to_string_lossy().contains(only.as_str()))
+            })
+        })
         .collect();
     files.sort();
     assert!(

@@ -1,8 +1,8 @@
 //! [`StoredTable`]: a `CREATE TABLE` table as a DataFusion `TableProvider`.
 
 use crate::error::EddyError;
-use crate::state::StateTable;
 use crate::state::state_table::ScannedBatch;
+use crate::state::{StateTable, Transaction};
 use arrow::array::{ArrayRef, BooleanArray, RecordBatch, UInt64Array};
 use arrow::compute::{and, cast, filter_record_batch};
 use arrow::datatypes::{DataType, Field, Schema, SchemaRef};
@@ -73,8 +73,14 @@ impl StoredTable {
     }
 
     /// Every row; a materialized view's as of the snapshot the statement pinned (or the
-    /// last committed one).
+    /// last committed one), a table's with the changes of the session's open
+    /// transaction applied.
     fn read_all(&self, session: Option<&dyn Session>) -> DFResult<Vec<ScannedBatch>> {
+        if self.read_only.is_none()
+            && let Some(txn) = session.and_then(transaction_of)
+        {
+            return txn.scan(&self.table).map_err(EddyError::into_datafusion);
+        }
         let snapshot = match &self.serving {
             None => None,
             Some(serving) => match session
@@ -89,6 +95,19 @@ impl StoredTable {
             .map_err(EddyError::into_datafusion)
     }
 }
+
+/// The session's open transaction (`BEGIN` without `COMMIT` yet): DML is staged in it.
+fn transaction_of(session: &dyn Session) -> Option<Arc<Transaction>> {
+    session
+        .config()
+        .get_extension::<TransactionSlot>()
+        .and_then(|slot| slot.0.clone())
+}
+
+/// What a statement's DataFusion session config carries: the transaction it runs in,
+/// if any.
+#[derive(Debug, Default)]
+pub struct TransactionSlot(pub Option<Arc<Transaction>>);
 
 /// A one-row result `count: UInt64`, what DataFusion expects a DML plan to return.
 fn count_result(count: u64) -> DFResult<Arc<dyn ExecutionPlan>> {
@@ -180,7 +199,7 @@ impl TableProvider for StoredTable {
 
     async fn insert_into(
         &self,
-        _state: &dyn Session,
+        state: &dyn Session,
         input: Arc<dyn ExecutionPlan>,
         insert_op: InsertOp,
     ) -> DFResult<Arc<dyn ExecutionPlan>> {
@@ -193,6 +212,7 @@ impl TableProvider for StoredTable {
         }
         let sink = TableSink {
             table: self.table.clone(),
+            txn: transaction_of(state),
         };
         Ok(Arc::new(DataSinkExec::new(input, Arc::new(sink), None)))
     }
@@ -205,7 +225,8 @@ impl TableProvider for StoredTable {
         self.check_writable()?;
         let df_schema = DFSchema::try_from(self.schema())?;
         let mut deleted = 0u64;
-        for scanned in self.read_all(None)? {
+        let txn = transaction_of(state);
+        for scanned in self.read_all(Some(state))? {
             let mask = matching_rows(
                 &filters,
                 &scanned.batch,
@@ -213,10 +234,11 @@ impl TableProvider for StoredTable {
                 state.execution_props(),
             )?;
             let keys = selected_keys(&scanned.keys, &mask);
-            deleted += self
-                .table
-                .delete_keys(&keys)
-                .map_err(EddyError::into_datafusion)? as u64;
+            deleted += match &txn {
+                Some(txn) => txn.delete_keys(&self.table, &keys),
+                None => self.table.delete_keys(&keys),
+            }
+            .map_err(EddyError::into_datafusion)? as u64;
         }
         count_result(deleted)
     }
@@ -256,7 +278,8 @@ impl TableProvider for StoredTable {
             }
         }
         let mut updated = 0u64;
-        for scanned in self.read_all(None)? {
+        let txn = transaction_of(state);
+        for scanned in self.read_all(Some(state))? {
             let mask = matching_rows(
                 &filters,
                 &scanned.batch,
@@ -294,18 +317,28 @@ impl TableProvider for StoredTable {
                 )
                 .into_datafusion()
             })?;
-            updated += self
-                .table
-                .replace(&keys, &new)
-                .map_err(EddyError::into_datafusion)? as u64;
+            updated += match &txn {
+                Some(txn) => txn.replace(&self.table, &keys, &new),
+                None => self.table.replace(&keys, &new),
+            }
+            .map_err(EddyError::into_datafusion)? as u64;
         }
         count_result(updated)
     }
 
-    async fn truncate(&self, _state: &dyn Session) -> DFResult<Arc<dyn ExecutionPlan>> {
+    async fn truncate(&self, state: &dyn Session) -> DFResult<Arc<dyn ExecutionPlan>> {
         self.check_writable()?;
-        let count: usize = self.read_all(None)?.iter().map(|s| s.keys.len()).sum();
-        self.table.truncate().map_err(EddyError::into_datafusion)?;
+        let rows = self.read_all(Some(state))?;
+        let count: usize = rows.iter().map(|s| s.keys.len()).sum();
+        match transaction_of(state) {
+            Some(txn) => {
+                for scanned in &rows {
+                    txn.delete_keys(&self.table, &scanned.keys)
+                        .map_err(EddyError::into_datafusion)?;
+                }
+            }
+            None => self.table.truncate().map_err(EddyError::into_datafusion)?,
+        }
         count_result(count as u64)
     }
 }
@@ -314,6 +347,8 @@ impl TableProvider for StoredTable {
 #[derive(Debug)]
 struct TableSink {
     table: Arc<StateTable>,
+    /// The transaction the `INSERT` runs in: rows are staged there until `COMMIT`.
+    txn: Option<Arc<Transaction>>,
 }
 
 impl DisplayAs for TableSink {
@@ -338,10 +373,11 @@ impl DataSink for TableSink {
             let batch = batch?;
             let batch = crate::state::state_table::conform(&batch, self.table.schema())
                 .map_err(EddyError::into_datafusion)?;
-            count += self
-                .table
-                .upsert(&batch)
-                .map_err(EddyError::into_datafusion)? as u64;
+            count += match &self.txn {
+                Some(txn) => txn.upsert(&self.table, &batch),
+                None => self.table.upsert(&batch),
+            }
+            .map_err(EddyError::into_datafusion)? as u64;
         }
         Ok(count)
     }

@@ -49,6 +49,8 @@ pub struct CopyIn {
     error: Option<EddyError>,
     line_number: u64,
     written: u64,
+    /// The explicit transaction the copy runs in: rows are staged there until `COMMIT`.
+    txn: Option<Arc<crate::state::Transaction>>,
 }
 
 pub(super) fn start(
@@ -86,6 +88,7 @@ pub(super) fn start(
         error: None,
         line_number: 0,
         written: 0,
+        txn: session.open_transaction(),
     });
     Ok(Outcome::CopyIn { columns: ncols })
 }
@@ -361,7 +364,10 @@ impl CopyIn {
                 .collect::<Vec<_>>(),
         ));
         let batch = RecordBatch::try_new(relaxed, columns)?;
-        self.written += self.table.upsert(&batch)? as u64;
+        self.written += match &self.txn {
+            Some(txn) => txn.upsert(&self.table, &batch)?,
+            None => self.table.upsert(&batch)?,
+        } as u64;
         self.rows.clear();
         Ok(())
     }

@@ -235,6 +235,17 @@ impl Engine {
     }
 }
 
+/// Where a session is in PostgreSQL's transaction states.
+enum TransactionState {
+    /// Autocommit: every statement is its own transaction.
+    Idle,
+    /// After `BEGIN`: DML is staged in the transaction until `COMMIT`.
+    Open(Arc<crate::state::Transaction>),
+    /// A statement failed inside the transaction: everything but `COMMIT`/`ROLLBACK`
+    /// is refused (25P02) and the transaction's changes are dropped.
+    Aborted,
+}
+
 /// One client connection's state.
 pub struct Session {
     engine: Arc<Engine>,
@@ -242,6 +253,7 @@ pub struct Session {
     vars: Mutex<SessionVars>,
     /// The `COPY FROM STDIN` in progress, if any.
     copy: Mutex<Option<copy::CopyIn>>,
+    transaction: Mutex<TransactionState>,
 }
 
 impl Session {
@@ -251,7 +263,74 @@ impl Session {
             user,
             vars: Mutex::new(SessionVars::default()),
             copy: Mutex::new(None),
+            transaction: Mutex::new(TransactionState::Idle),
         }
+    }
+
+    /// The explicit transaction DML now runs in, if one is open.
+    pub(crate) fn open_transaction(&self) -> Option<Arc<crate::state::Transaction>> {
+        match &*self.transaction.lock() {
+            TransactionState::Open(txn) => Some(txn.clone()),
+            _ => None,
+        }
+    }
+
+    /// A statement failed: an open transaction becomes aborted, as in PostgreSQL.
+    fn statement_failed(&self) {
+        let mut state = self.transaction.lock();
+        if matches!(*state, TransactionState::Open(_)) {
+            *state = TransactionState::Aborted;
+        }
+    }
+
+    /// Refuses a statement in an aborted transaction (only its end is accepted).
+    fn check_not_aborted(&self) -> Result<()> {
+        match *self.transaction.lock() {
+            TransactionState::Aborted => Err(EddyError::new(
+                sqlstate::IN_FAILED_SQL_TRANSACTION,
+                "current transaction is aborted, commands ignored until end of transaction block",
+            )),
+            _ => Ok(()),
+        }
+    }
+
+    /// `BEGIN` / `START TRANSACTION`.
+    fn begin(&self) -> Outcome {
+        let mut state = self.transaction.lock();
+        if matches!(*state, TransactionState::Idle) {
+            *state = TransactionState::Open(Arc::default());
+        }
+        Outcome::TransactionStart("BEGIN".into())
+    }
+
+    /// `COMMIT`: the staged changes in one write (an aborted transaction rolls back).
+    async fn commit(&self) -> Result<Outcome> {
+        let state = std::mem::replace(&mut *self.transaction.lock(), TransactionState::Idle);
+        match state {
+            TransactionState::Open(txn) => {
+                txn.commit(&self.engine.store)?;
+                self.implicit_flush().await?;
+                Ok(Outcome::TransactionEnd("COMMIT".into()))
+            }
+            TransactionState::Aborted => Ok(Outcome::TransactionEnd("ROLLBACK".into())),
+            TransactionState::Idle => Ok(Outcome::TransactionEnd("COMMIT".into())),
+        }
+    }
+
+    /// `ROLLBACK`: the staged changes are dropped.
+    fn rollback(&self) -> Outcome {
+        *self.transaction.lock() = TransactionState::Idle;
+        Outcome::TransactionEnd("ROLLBACK".into())
+    }
+
+    /// With `RW_IMPLICIT_FLUSH` on (RisingWave's setting), a write returns only once it
+    /// is visible in every view reading the table; inside a transaction, at `COMMIT`.
+    async fn implicit_flush(&self) -> Result<()> {
+        let on = vars::bool_setting("RW_IMPLICIT_FLUSH", &self.var("RW_IMPLICIT_FLUSH")?)?;
+        if on && self.open_transaction().is_none() {
+            self.engine.checkpoints.flush().await;
+        }
+        Ok(())
     }
 
     pub fn engine(&self) -> &Arc<Engine> {
@@ -279,7 +358,13 @@ impl Session {
     pub fn copy_done(&self) -> Result<u64> {
         let copy = self.copy.lock().take();
         match copy {
-            Some(c) => c.finish(),
+            Some(c) => {
+                let copied = c.finish();
+                if copied.is_err() {
+                    self.statement_failed();
+                }
+                copied
+            }
             None => Err(EddyError::new(
                 sqlstate::PROTOCOL_VIOLATION,
                 "no COPY in progress",
@@ -309,6 +394,7 @@ impl Session {
                 let failed = result.is_err();
                 out.push(result);
                 if failed {
+                    self.statement_failed();
                     return out;
                 }
             }
@@ -334,8 +420,17 @@ impl Session {
         out
     }
 
-    /// Parses and plans one statement for the extended protocol.
+    /// Parses and plans one statement for the extended protocol (a failure aborts an
+    /// open transaction, as in PostgreSQL).
     pub async fn prepare(&self, sql: &str) -> Result<Prepared> {
+        let prepared = self.prepare_statement(sql).await;
+        if prepared.is_err() {
+            self.statement_failed();
+        }
+        prepared
+    }
+
+    async fn prepare_statement(&self, sql: &str) -> Result<Prepared> {
         if let Some(stmt) = crate::sql::parse_eddy_statement(sql) {
             return Ok(Prepared {
                 sql: sql.to_string(),
@@ -423,6 +518,18 @@ impl Session {
         prepared: &Prepared,
         params: Vec<ScalarValue>,
     ) -> Result<Outcome> {
+        let result = self.execute_prepared_statement(prepared, params).await;
+        if result.is_err() {
+            self.statement_failed();
+        }
+        result
+    }
+
+    async fn execute_prepared_statement(
+        &self,
+        prepared: &Prepared,
+        params: Vec<ScalarValue>,
+    ) -> Result<Outcome> {
         if let Some(stmt) = &prepared.eddy_statement {
             return self.execute_eddy_statement(stmt.clone()).await;
         }
@@ -431,6 +538,7 @@ impl Session {
         };
         match &prepared.plan {
             Some(plan) => {
+                self.check_not_aborted()?;
                 let plan = if params.is_empty() && prepared.param_types.is_empty() {
                     plan.clone()
                 } else {
@@ -455,6 +563,7 @@ impl Session {
 
     async fn execute_eddy_statement(&self, stmt: crate::sql::EddyStatement) -> Result<Outcome> {
         use crate::sql::EddyStatement;
+        self.check_not_aborted()?;
         match stmt {
             EddyStatement::User(u) => users::execute(self, u),
             EddyStatement::CreateSource(s) => sources::create_source(self, s),
@@ -503,6 +612,9 @@ impl Session {
     }
 
     async fn execute_statement(&self, stmt: Statement) -> Result<Outcome> {
+        if !matches!(stmt, Statement::Commit { .. } | Statement::Rollback { .. }) {
+            self.check_not_aborted()?;
+        }
         match stmt {
             Statement::CreateTable(create) => ddl::create_table(self, create, None).await,
             Statement::CreateView(view) if view.materialized => {
@@ -545,9 +657,9 @@ impl Session {
                 materialized: true, ..
             } => materialized_views::show(self),
             Statement::ExplainTable { table_name, .. } => show::describe(self, &table_name),
-            Statement::StartTransaction { .. } => Ok(Outcome::TransactionStart("BEGIN".into())),
-            Statement::Commit { .. } => Ok(Outcome::TransactionEnd("COMMIT".into())),
-            Statement::Rollback { .. } => Ok(Outcome::TransactionEnd("ROLLBACK".into())),
+            Statement::StartTransaction { .. } => Ok(self.begin()),
+            Statement::Commit { .. } => self.commit().await,
+            Statement::Rollback { .. } => Ok(self.rollback()),
             Statement::Discard { .. } => {
                 self.vars.lock().reset_all();
                 Ok(Outcome::command("DISCARD ALL"))
@@ -591,12 +703,19 @@ impl Session {
             .set_extension(Arc::new(crate::state::PinnedSnapshot(
                 self.engine.checkpoints.serving().current(),
             )));
+        // DML inside BEGIN ... COMMIT is staged in the transaction.
+        state
+            .config_mut()
+            .set_extension(Arc::new(crate::serving::stored_table::TransactionSlot(
+                self.open_transaction(),
+            )));
         let df = datafusion::dataframe::DataFrame::new(state, plan);
         let schema: SchemaRef = Arc::new(df.schema().as_arrow().clone());
         let batches = df.collect().await?;
         match dml {
             None => Ok(Outcome::Rows { schema, batches }),
             Some(op) => {
+                self.implicit_flush().await?;
                 let count = dml_count(&batches);
                 let tag = match op {
                     WriteOp::Insert(_) => format!("INSERT 0 {count}"),

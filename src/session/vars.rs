@@ -86,6 +86,16 @@ const DEFAULTS: &[(&str, &str, &str)] = &[
         "Shows the maximum identifier length.",
     ),
     (
+        "query_mode",
+        "auto",
+        "How batch queries run (RisingWave's setting: auto, local or distributed; all run alike).",
+    ),
+    (
+        "RW_IMPLICIT_FLUSH",
+        "false",
+        "Whether each INSERT, UPDATE and DELETE returns only once its changes are in every view.",
+    ),
+    (
         "search_path",
         "\"$user\", public",
         "Sets the schema search order for names that are not schema-qualified.",
@@ -230,6 +240,14 @@ impl SessionVars {
                 }
                 value.to_string()
             }
+            "rw_implicit_flush" => bool_setting(name, value)?.to_string(),
+            "query_mode" => {
+                let v = value.trim().to_ascii_lowercase();
+                if !matches!(v.as_str(), "auto" | "local" | "distributed") {
+                    return Err(invalid_value(name, value));
+                }
+                v
+            }
             _ => value.to_string(),
         };
         match self.values.get_mut(&key) {
@@ -274,6 +292,25 @@ impl SessionVars {
             })
             .collect()
     }
+}
+
+/// A boolean setting's value in PostgreSQL's spellings (`on`, `true`, `1`, `yes`, ...).
+pub fn bool_setting(name: &str, value: &str) -> Result<bool> {
+    match value.trim().to_ascii_lowercase().as_str() {
+        "true" | "on" | "yes" | "1" | "t" | "y" => Ok(true),
+        "false" | "off" | "no" | "0" | "f" | "n" => Ok(false),
+        _ => Err(EddyError::new(
+            sqlstate::INVALID_PARAMETER_VALUE,
+            format!("parameter \"{name}\" requires a Boolean value"),
+        )),
+    }
+}
+
+fn invalid_value(name: &str, value: &str) -> EddyError {
+    EddyError::new(
+        sqlstate::INVALID_PARAMETER_VALUE,
+        format!("invalid value for parameter \"{name}\": \"{value}\""),
+    )
 }
 
 fn unknown(name: &str) -> EddyError {

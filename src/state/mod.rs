@@ -13,6 +13,7 @@ pub mod operator_state;
 pub mod serving_snapshot;
 pub mod state_table;
 pub mod store;
+pub mod transaction;
 
 pub use cache_budget::CacheBudget;
 pub use keys::{KeyGroup, MAX_PARALLELISM, key_group_of, stable_hash};
@@ -20,3 +21,4 @@ pub use operator_state::OperatorState;
 pub use serving_snapshot::{PinnedSnapshot, ServingEpoch, ServingSnapshot};
 pub use state_table::StateTable;
 pub use store::StateStore;
+pub use transaction::Transaction;

@@ -59,14 +59,14 @@ pub struct StateTable {
     table_id: u32,
     schema: SchemaRef,
     pk_indices: Vec<usize>,
-    store: Arc<StateStore>,
-    value_codec: RowConverter,
-    key_codec: Option<RowConverter>,
+    pub(super) store: Arc<StateStore>,
+    pub(super) value_codec: RowConverter,
+    pub(super) key_codec: Option<RowConverter>,
     changes: ChangeLog,
 }
 
 /// How many rows a scan puts in one batch.
-const SCAN_BATCH_ROWS: usize = 8192;
+pub(super) const SCAN_BATCH_ROWS: usize = 8192;
 
 impl StateTable {
     pub fn new(
@@ -136,7 +136,7 @@ impl StateTable {
         &self.changes
     }
 
-    fn decode(&self, values: &[Vec<u8>]) -> Result<RecordBatch> {
+    pub(super) fn decode(&self, values: &[Vec<u8>]) -> Result<RecordBatch> {
         let parser = self.value_codec.parser();
         let columns = self
             .value_codec
@@ -149,7 +149,7 @@ impl StateTable {
     }
 
     /// The rows stored under the given state keys, as deletes for the change stream.
-    fn deletes_at(&self, state_keys: &[Vec<u8>]) -> Result<StreamChunk> {
+    pub(super) fn deletes_at(&self, state_keys: &[Vec<u8>]) -> Result<StreamChunk> {
         let mut keys = Vec::new();
         let mut values = Vec::new();
         for (key, value) in state_keys.iter().zip(self.store.multi_get(state_keys)?) {
@@ -166,7 +166,11 @@ impl StateTable {
     }
 
     /// The memcomparable primary keys of a batch's rows.
-    fn primary_keys(&self, key_codec: &RowConverter, batch: &RecordBatch) -> Result<Vec<Vec<u8>>> {
+    pub(super) fn primary_keys(
+        &self,
+        key_codec: &RowConverter,
+        batch: &RecordBatch,
+    ) -> Result<Vec<Vec<u8>>> {
         let pk_columns: Vec<ArrayRef> = self
             .pk_indices
             .iter()
@@ -176,7 +180,7 @@ impl StateTable {
         Ok(rows.iter().map(|r| r.as_ref().to_vec()).collect())
     }
 
-    fn state_key(&self, key: &[u8]) -> Vec<u8> {
+    pub(super) fn state_key(&self, key: &[u8]) -> Vec<u8> {
         let mut out = Vec::new();
         encode_state_key(self.table_id, key_group_of(key), key, &mut out);
         out

@@ -103,6 +103,12 @@ impl StateStore {
         Ok(first)
     }
 
+    /// Allocates `count` consecutive hidden row ids (rows written later, at a
+    /// transaction's commit) and records the new high mark.
+    pub fn allocate_row_ids(&self, count: u64) -> Result<u64> {
+        self.write_with_row_ids(count, |_, _| Ok(()))
+    }
+
     /// Visits every key-value pair whose key starts with `prefix`, in key order.
     pub fn scan_prefix(
         &self,
