@@ -157,11 +157,14 @@ pub struct HashAgg {
     resident_bytes: usize,
     /// The input only inserts: `min`/`max` keep just the extreme, not every value.
     append_only: bool,
-    /// Groups changed in this epoch, in first-touched order, with the row of
-    /// `previous` each showed before (none if it showed no row). Their changes are
-    /// emitted at the barrier: one change per group per epoch.
+    /// Groups changed in this epoch, in first-touched order, and per slot whether it is
+    /// one of them. Their changes are emitted at the barrier: one change per group per
+    /// epoch. (A pending group is dirty, so it is never evicted before then.)
     pending: Vec<usize>,
-    pending_previous: HashMap<usize, Option<usize>>,
+    is_pending: Vec<bool>,
+    /// The row of `previous` each pending group showed at the epoch's start (groups
+    /// that showed no row are not here).
+    pending_previous: HashMap<usize, usize>,
     /// Rows the pending groups showed at the start of the epoch.
     previous: Vec<RecordBatch>,
     previous_rows: usize,
@@ -262,6 +265,7 @@ impl HashAgg {
             resident_bytes: 0,
             append_only: false,
             pending: vec![],
+            is_pending: vec![],
             pending_previous: HashMap::new(),
             previous: vec![],
             previous_rows: 0,
@@ -296,6 +300,7 @@ impl HashAgg {
             self.row_counts[g] = 0;
             self.visible[g] = false;
             self.is_dirty[g] = false;
+            self.is_pending[g] = false;
             for s in &mut self.states {
                 match s {
                     AggState::Count(v) => v[g] = 0,
@@ -323,6 +328,7 @@ impl HashAgg {
         self.row_counts.push(0);
         self.visible.push(false);
         self.is_dirty.push(false);
+        self.is_pending.push(false);
         for s in &mut self.states {
             match s {
                 AggState::Count(v) => v.push(0),
@@ -879,20 +885,19 @@ impl Operator for HashAgg {
         // Groups first changed in this epoch: remember the row they show now, to retract
         // it at the barrier.
         let mut first_touched: Vec<usize> = Vec::new();
-        for g in &ids {
-            if let std::collections::hash_map::Entry::Vacant(e) = self.pending_previous.entry(*g) {
-                e.insert(None);
-                self.pending.push(*g);
-                if self.visible[*g] {
-                    first_touched.push(*g);
+        for &g in &ids {
+            if !self.is_pending[g] {
+                self.is_pending[g] = true;
+                self.pending.push(g);
+                if self.visible[g] {
+                    first_touched.push(g);
                 }
             }
         }
         if !first_touched.is_empty() {
             let (rows, _) = self.output_rows(&first_touched)?;
             for (i, g) in first_touched.iter().enumerate() {
-                self.pending_previous
-                    .insert(*g, Some(self.previous_rows + i));
+                self.pending_previous.insert(*g, self.previous_rows + i);
             }
             self.previous_rows += first_touched.len();
             self.previous.push(rows);
@@ -914,13 +919,12 @@ impl Operator for HashAgg {
             return Ok(vec![]);
         }
         let groups = std::mem::take(&mut self.pending);
+        for &g in &groups {
+            self.is_pending[g] = false;
+        }
         let previous = std::mem::take(&mut self.previous);
         self.previous_rows = 0;
-        let old_rows: HashMap<usize, usize> = self
-            .pending_previous
-            .drain()
-            .filter_map(|(g, row)| row.map(|r| (g, r)))
-            .collect();
+        let old_rows = std::mem::take(&mut self.pending_previous);
         let old_batch = match previous.first() {
             Some(first) => arrow::compute::concat_batches(&first.schema(), &previous)?,
             None => self.output_rows(&[])?.0,
