@@ -70,6 +70,24 @@ impl OperatorState {
         }
     }
 
+    /// Puts (or with `None`, deletes) state under `key` in key group `group`: for state
+    /// whose key extends the routing key (a join's rows under their join key), so that
+    /// it lives in the key group its rows are routed by.
+    pub fn put_in_group(
+        &self,
+        batch: &mut WriteBatch,
+        group: KeyGroup,
+        key: &[u8],
+        value: Option<&[u8]>,
+    ) {
+        let mut state_key = Vec::new();
+        encode_state_key(self.table_id, group, key, &mut state_key);
+        match value {
+            Some(v) => batch.put(&state_key, v),
+            None => batch.delete(&state_key),
+        }
+    }
+
     /// Puts state that belongs to no key.
     pub fn put_unkeyed(&self, batch: &mut WriteBatch, key: &[u8], value: &[u8]) {
         let mut state_key = Vec::new();

@@ -1,16 +1,22 @@
 //! [`AlignedInputs`]: merges a task's input channels and aligns barriers.
 //!
-//! Messages are taken from whichever input has one. When a barrier arrives on an input,
-//! that input is held (not read) until the same barrier has arrived on every input still
-//! open; then the barrier is returned once. So everything a task emits before a barrier
-//! comes from before that barrier on all inputs — the property consistent checkpoints
-//! need. An input whose barrier is final has ended once that barrier is released; when
-//! the barrier ends the last open input it is returned final. An input whose channel
-//! closes without a final barrier was stopped; [`AlignedInputs::next`] then returns
-//! `None` once no input is left.
+//! A task reads one or more *inputs* (the edges of its fragment: a join has two, a union
+//! one per branch); each input arrives over one channel per upstream subtask. Messages
+//! are taken from whichever channel has one and returned with the index of the input
+//! they came from. When a barrier arrives on a channel, that channel is held (not read)
+//! until the same barrier has arrived on every channel still open; then the barrier is
+//! returned once. So everything a task emits before a barrier comes from before that
+//! barrier on all inputs — the property consistent checkpoints need. A channel whose
+//! barrier is final has ended once that barrier is released; when the barrier ends the
+//! last open channel it is returned final. A channel that closes without a final
+//! barrier was stopped; [`AlignedInputs::next`] then returns `None` once no channel is
+//! left.
 //!
-//! Watermarks are merged too: a column's watermark is the smallest of the latest ones of
-//! the inputs still open, passed on when it grows.
+//! Watermarks: an input's watermark on a column is the smallest of the latest ones of its
+//! open channels. With [`WatermarkMerge::AcrossInputs`] (a union) they are merged over
+//! all inputs too and returned as input 0; with [`WatermarkMerge::PerInput`] (a join,
+//! which needs each side's) each input's is returned with its index. Either way a
+//! watermark is returned only when it grows.
 
 use super::{Barrier, Message, Watermark};
 use datafusion::common::ScalarValue;
@@ -35,29 +41,54 @@ impl Input {
     }
 }
 
+/// How a task's watermarks are merged over its inputs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum WatermarkMerge {
+    /// The minimum over all inputs, returned as input 0 (a union, a single input).
+    AcrossInputs,
+    /// Each input's own, returned with its index (an operator with several inputs).
+    PerInput,
+}
+
 pub struct AlignedInputs {
-    /// `None` once an input has ended.
-    inputs: Vec<Option<Input>>,
-    /// Inputs held until the pending barrier has arrived on all of them.
+    /// `None` once a channel has ended.
+    channels: Vec<Option<Input>>,
+    /// The input each channel belongs to.
+    input_of: Vec<usize>,
+    merge: WatermarkMerge,
+    /// Channels held until the pending barrier has arrived on all of them.
     held: Vec<bool>,
-    /// Inputs whose held barrier is final: they end when it is released.
+    /// Channels whose held barrier is final: they end when it is released.
     ending: Vec<bool>,
     pending: Option<Barrier>,
     /// Messages ready to return (a released barrier, then watermarks it unblocked).
-    ready: VecDeque<Message>,
-    /// Where the next poll starts, so no input starves the others.
+    ready: VecDeque<(usize, Message)>,
+    /// Where the next poll starts, so no channel starves the others.
     start: usize,
-    /// Per input, the latest watermark of each column.
+    /// Per channel, the latest watermark of each column.
     watermarks: Vec<HashMap<usize, ScalarValue>>,
-    /// Per column, the watermark last passed on.
-    emitted: HashMap<usize, ScalarValue>,
+    /// Per (input, column), the watermark last returned (input 0 when merged across).
+    emitted: HashMap<(usize, usize), ScalarValue>,
 }
 
 impl AlignedInputs {
-    pub fn new(inputs: Vec<Input>) -> Self {
-        let n = inputs.len();
+    /// A single input over these channels.
+    pub fn new(channels: Vec<Input>) -> Self {
+        Self::with_inputs(
+            channels.into_iter().map(|c| (0, c)).collect(),
+            WatermarkMerge::AcrossInputs,
+        )
+    }
+
+    /// Channels, each with the index of the input it belongs to.
+    pub fn with_inputs(channels: Vec<(usize, Input)>, merge: WatermarkMerge) -> Self {
+        let n = channels.len();
+        let (input_of, channels): (Vec<usize>, Vec<Option<Input>>) =
+            channels.into_iter().map(|(i, c)| (i, Some(c))).unzip();
         Self {
-            inputs: inputs.into_iter().map(Some).collect(),
+            channels,
+            input_of,
+            merge,
             held: vec![false; n],
             ending: vec![false; n],
             pending: None,
@@ -68,84 +99,91 @@ impl AlignedInputs {
         }
     }
 
-    /// The merged watermark of `column` if it grew: the minimum over open inputs, once
-    /// every open input has one.
-    fn merged_watermark(&mut self, column: usize) -> Option<Watermark> {
+    /// The watermark of `column` for the input of `channel` (or every input, when merged
+    /// across) if it grew: the minimum over the open channels concerned, once each has
+    /// one.
+    fn merged_watermark(&mut self, channel: usize, column: usize) -> Option<(usize, Watermark)> {
+        let input = match self.merge {
+            WatermarkMerge::AcrossInputs => None,
+            WatermarkMerge::PerInput => Some(self.input_of[channel]),
+        };
         let mut min: Option<&ScalarValue> = None;
-        for (input, marks) in self.inputs.iter().zip(&self.watermarks) {
-            if input.is_none() {
+        for c in 0..self.channels.len() {
+            if self.channels[c].is_none() || input.is_some_and(|i| self.input_of[c] != i) {
                 continue;
             }
-            let value = marks.get(&column)?;
+            let value = self.watermarks[c].get(&column)?;
             if min.is_none_or(|m| value.partial_cmp(m) == Some(std::cmp::Ordering::Less)) {
                 min = Some(value);
             }
         }
         let min = min?.clone();
+        let input = input.unwrap_or(0);
         let grew = self
             .emitted
-            .get(&column)
+            .get(&(input, column))
             .is_none_or(|e| min.partial_cmp(e) == Some(std::cmp::Ordering::Greater));
         grew.then(|| {
-            self.emitted.insert(column, min.clone());
-            Watermark { column, value: min }
+            self.emitted.insert((input, column), min.clone());
+            (input, Watermark { column, value: min })
         })
     }
 
-    /// An input has ended: it no longer holds watermarks back, so merged watermarks may
-    /// grow (queued while other inputs stay open).
-    fn close(&mut self, index: usize) {
-        self.inputs[index] = None;
-        self.held[index] = false;
-        self.ending[index] = false;
-        if self.inputs.iter().all(|i| i.is_none()) {
+    /// A channel has ended: it no longer holds watermarks back, so merged watermarks may
+    /// grow (queued while other channels stay open).
+    fn close(&mut self, channel: usize) {
+        self.channels[channel] = None;
+        self.held[channel] = false;
+        self.ending[channel] = false;
+        if self.channels.iter().all(|c| c.is_none()) {
             return;
         }
-        let columns: Vec<usize> = self.watermarks[index].keys().copied().collect();
+        let columns: Vec<usize> = self.watermarks[channel].keys().copied().collect();
         for column in columns {
-            if let Some(w) = self.merged_watermark(column) {
-                self.ready.push_back(Message::Watermark(w));
+            if let Some((input, w)) = self.merged_watermark(channel, column) {
+                self.ready.push_back((input, Message::Watermark(w)));
             }
         }
     }
 
-    /// The pending barrier, once every open input has delivered it: inputs whose barrier
-    /// was final end, and the barrier is final if no input is left.
+    /// The pending barrier, once every open channel has delivered it: channels whose
+    /// barrier was final end, and the barrier is final if no channel is left.
     fn release_barrier(&mut self) {
         let Some(barrier) = self.pending else { return };
         let all_held = self
-            .inputs
+            .channels
             .iter()
             .zip(&self.held)
-            .all(|(input, held)| input.is_none() || *held);
+            .all(|(channel, held)| channel.is_none() || *held);
         if !all_held {
             return;
         }
         self.pending = None;
-        for i in 0..self.inputs.len() {
-            if self.ending[i] {
-                self.close(i);
+        for c in 0..self.channels.len() {
+            if self.ending[c] {
+                self.close(c);
             }
-            self.held[i] = false;
+            self.held[c] = false;
         }
-        // Watermarks the ended inputs unblocked belong after the barrier.
-        let watermarks: Vec<Message> = self.ready.drain(..).collect();
+        // Watermarks the ended channels unblocked belong after the barrier.
+        let watermarks: Vec<(usize, Message)> = self.ready.drain(..).collect();
         let barrier = Barrier {
-            is_final: self.inputs.iter().all(|i| i.is_none()),
+            is_final: self.channels.iter().all(|c| c.is_none()),
             ..barrier
         };
-        self.ready.push_back(Message::Barrier(barrier));
+        self.ready.push_back((0, Message::Barrier(barrier)));
         self.ready.extend(watermarks);
     }
 
-    /// The next chunk, watermark or aligned barrier; `None` when every input has closed
-    /// without a final barrier (its sender stopped).
-    pub async fn next(&mut self) -> Option<Message> {
+    /// The next chunk or watermark with the index of the input it came from, or the next
+    /// aligned barrier (input 0); `None` when every channel has closed without a final
+    /// barrier (its sender stopped).
+    pub async fn next(&mut self) -> Option<(usize, Message)> {
         loop {
             if let Some(message) = self.ready.pop_front() {
                 return Some(message);
             }
-            let open = self.inputs.iter().filter(|i| i.is_some()).count();
+            let open = self.channels.iter().filter(|c| c.is_some()).count();
             if open == 0 {
                 return None;
             }
@@ -153,29 +191,29 @@ impl AlignedInputs {
             if !self.ready.is_empty() {
                 continue;
             }
-            let (index, message) = poll_fn(|cx| {
-                let n = self.inputs.len();
+            let (channel, message) = poll_fn(|cx| {
+                let n = self.channels.len();
                 for k in 0..n {
-                    let i = (self.start + k) % n;
-                    if self.held[i] {
+                    let c = (self.start + k) % n;
+                    if self.held[c] {
                         continue;
                     }
-                    if let Some(input) = &mut self.inputs[i]
+                    if let Some(input) = &mut self.channels[c]
                         && let Poll::Ready(m) = input.poll_recv(cx)
                     {
-                        self.start = (i + 1) % n;
-                        return Poll::Ready((i, m));
+                        self.start = (c + 1) % n;
+                        return Poll::Ready((c, m));
                     }
                 }
                 Poll::Pending
             })
             .await;
             match message {
-                None => self.close(index),
+                None => self.close(channel),
                 Some(Message::Watermark(w)) => {
-                    self.watermarks[index].insert(w.column, w.value);
-                    if let Some(merged) = self.merged_watermark(w.column) {
-                        return Some(Message::Watermark(merged));
+                    self.watermarks[channel].insert(w.column, w.value);
+                    if let Some((input, merged)) = self.merged_watermark(channel, w.column) {
+                        return Some((input, Message::Watermark(merged)));
                     }
                 }
                 Some(Message::Barrier(b)) => {
@@ -190,14 +228,14 @@ impl AlignedInputs {
                             "barriers of different epochs are being aligned"
                         );
                     }
-                    self.held[index] = true;
-                    self.ending[index] = b.is_final;
+                    self.held[channel] = true;
+                    self.ending[channel] = b.is_final;
                     self.pending = Some(Barrier {
                         is_final: false,
                         ..b
                     });
                 }
-                Some(chunk) => return Some(chunk),
+                Some(chunk) => return Some((self.input_of[channel], chunk)),
             }
         }
     }

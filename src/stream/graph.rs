@@ -127,21 +127,23 @@ impl StreamGraph {
                 });
             }
             chain.extend(f.chain.iter().rev().map(|o| o.describe.clone()));
+            // The inputs of the first operator, all at the same depth (a join has two).
+            let mut inputs = Vec::new();
             match &f.input {
-                FragmentInput::Connector { source, spec, .. } => chain.push(format!(
+                FragmentInput::Connector { source, spec, .. } => inputs.push(format!(
                     "Source({}, connector: {}, splits: {})",
                     source.name,
                     spec.name(),
                     spec.split_count()
                 )),
-                FragmentInput::Changes { relation, .. } => chain.push(format!(
+                FragmentInput::Changes { relation, .. } => inputs.push(format!(
                     "Changes({} {})",
                     relation.kind.sql_name(),
                     relation.name
                 )),
                 FragmentInput::Upstream(edges) => {
                     for (from, exchange) in edges {
-                        chain.push(format!(
+                        inputs.push(format!(
                             "Exchange({}) <- Fragment {from}",
                             exchange.describe()
                         ));
@@ -152,6 +154,8 @@ impl StreamGraph {
                 let indent = "  ".repeat(depth + 1);
                 lines.push(format!("{indent}{op}"));
             }
+            let indent = "  ".repeat(chain.len() + 1);
+            lines.extend(inputs.iter().map(|input| format!("{indent}{input}")));
         }
         lines
     }

@@ -5,7 +5,7 @@
 //! them. The registry also injects barriers (`FLUSH` waits for one to pass through every
 //! job) and keeps each job's progress and each task's counters for the system tables.
 
-use super::barrier_align::{AlignedInputs, Input};
+use super::barrier_align::{AlignedInputs, Input, WatermarkMerge};
 use super::dispatch::{CHANNEL_CAPACITY, Dispatcher};
 use super::graph::{FragmentInput, StreamGraph, Terminal};
 use super::task::{SourcePositions, Task, TaskInput, TaskOutput};
@@ -309,8 +309,9 @@ impl JobRegistry {
     ) -> Result<Arc<JobInfo>> {
         let fragments = &graph.fragments;
         let last = fragments.len() - 1;
-        // Channels: inputs[f][subtask] and dispatch senders[f][subtask][downstream subtask].
-        let mut inputs: Vec<Vec<Vec<Input>>> = fragments
+        // Channels: inputs[f][subtask] (each with the index of its fragment edge) and
+        // dispatch senders[f][subtask][downstream subtask].
+        let mut inputs: Vec<Vec<Vec<(usize, Input)>>> = fragments
             .iter()
             .map(|f| (0..f.parallelism).map(|_| Vec::new()).collect())
             .collect();
@@ -322,7 +323,7 @@ impl JobRegistry {
             let FragmentInput::Upstream(edges) = &fragment.input else {
                 continue;
             };
-            for (up, exchange) in edges {
+            for (edge, (up, exchange)) in edges.iter().enumerate() {
                 let forward = matches!(exchange, super::graph::Exchange::Forward);
                 for (i, dispatcher) in dispatchers[*up].iter_mut().enumerate() {
                     let mut senders = Vec::new();
@@ -334,7 +335,7 @@ impl JobRegistry {
                     for j in targets {
                         let (tx, rx) = channel(CHANNEL_CAPACITY);
                         senders.push(tx);
-                        inputs[down][j].push(Input::Task(rx));
+                        inputs[down][j].push((edge, Input::Task(rx)));
                     }
                     *dispatcher = Some(Dispatcher::new(exchange, senders)?);
                 }
@@ -368,10 +369,19 @@ impl JobRegistry {
                 Some(id) => SourcePositions::load(&operator_state(id, 0))?,
                 None => Default::default(),
             };
-            let mut op_tables = Vec::new();
-            for spec in &fragment.chain {
-                op_tables.push((spec.build)()?.is_stateful().then(&mut next_table));
+            let mut op_tables: Vec<Vec<u32>> = Vec::new();
+            let mut multi_input_head = false;
+            for (position, spec) in fragment.chain.iter().enumerate() {
+                let op = (spec.build)()?;
+                multi_input_head |= position == 0 && op.input_count() > 1;
+                op_tables.push((0..op.state_tables()).map(|_| next_table()).collect());
             }
+            // A join needs each side's watermark; a union passes on their minimum.
+            let merge = if multi_input_head {
+                WatermarkMerge::PerInput
+            } else {
+                WatermarkMerge::AcrossInputs
+            };
             let mut changes: Option<(Vec<StreamChunk>, Vec<Input>)> = match &fragment.input {
                 FragmentInput::Changes { relation, .. } => {
                     let table = table_of(relation)?;
@@ -455,7 +465,10 @@ impl JobRegistry {
                     FragmentInput::Upstream(_) => TaskInput::Merge {
                         snapshot: vec![],
                         projection: None,
-                        inputs: AlignedInputs::new(std::mem::take(&mut inputs[f][subtask])),
+                        inputs: AlignedInputs::with_inputs(
+                            std::mem::take(&mut inputs[f][subtask]),
+                            merge,
+                        ),
                         watermark: None,
                         injector: None,
                     },
@@ -521,7 +534,7 @@ impl JobRegistry {
                         input,
                         states: op_tables
                             .iter()
-                            .map(|t| t.map(|id| operator_state(id, subtask)))
+                            .map(|ids| ids.iter().map(|id| operator_state(*id, subtask)).collect())
                             .collect(),
                         positions: source_table
                             .map(|id| SourcePositions::new(operator_state(id, subtask))),

@@ -15,6 +15,8 @@ pub mod message;
 pub mod operators;
 pub mod planner;
 pub mod task;
+#[cfg(test)]
+pub mod testing;
 pub mod watermark;
 pub mod workers;
 

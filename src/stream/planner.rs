@@ -16,6 +16,7 @@ use super::graph::{Exchange, Fragment, FragmentInput, OperatorFactory, OperatorS
 use super::operators::Operator;
 use super::operators::filter::Filter;
 use super::operators::hash_agg::{AggCall, AggKind, HashAgg, PostOp};
+use super::operators::hash_join::{HashJoin, JoinKind, JoinSpec};
 use super::operators::project::Project;
 use super::operators::tag_keys::TagKeys;
 use super::operators::unnest::Unnest;
@@ -66,6 +67,17 @@ enum Node {
         inputs: Vec<Node>,
         watermarks: Vec<usize>,
     },
+    /// Two inputs, each hash-distributed on its join key (both to one subtask when
+    /// there is no equality to join on).
+    Join {
+        spec: OperatorSpec,
+        keyed: bool,
+        /// Per side: the key expressions and their description.
+        keys: [Vec<Arc<dyn PhysicalExpr>>; 2],
+        key_types: Vec<arrow::datatypes::DataType>,
+        key_names: [String; 2],
+        inputs: Box<[Node; 2]>,
+    },
 }
 
 impl Node {
@@ -76,6 +88,7 @@ impl Node {
             Node::Changes { .. } | Node::Agg { .. } => true,
             Node::Op { input, .. } => input.keyed(),
             Node::Union { inputs, .. } => inputs.iter().any(Node::keyed),
+            Node::Join { keyed, .. } => *keyed,
         }
     }
 
@@ -90,6 +103,8 @@ impl Node {
             Node::Op { watermarks, .. }
             | Node::Agg { watermarks, .. }
             | Node::Union { watermarks, .. } => watermarks.clone(),
+            // A stored row joined with a new one can carry any older time.
+            Node::Join { .. } => vec![],
         }
     }
 }
@@ -320,6 +335,7 @@ fn root_has_window_close(node: &Node) -> bool {
             spec.describe.contains("emit on window close") || root_has_window_close(input)
         }
         Node::Union { inputs, .. } => inputs.iter().any(root_has_window_close),
+        Node::Join { inputs, .. } => inputs.iter().any(root_has_window_close),
     }
 }
 
@@ -422,6 +438,43 @@ fn fragment_of(node: Node, fragments: &mut Vec<Fragment>, parallelism: usize) ->
                 chain: vec![spec],
                 parallelism: subtasks,
                 keyed: true,
+            });
+            fragments.len() - 1
+        }
+        Node::Join {
+            spec,
+            keyed,
+            keys,
+            key_types,
+            key_names,
+            inputs,
+        } => {
+            let [left, right] = *inputs;
+            let [left_keys, right_keys] = keys;
+            let [left_names, right_names] = key_names;
+            let left = fragment_of(left, fragments, parallelism);
+            let right = fragment_of(right, fragments, parallelism);
+            let (edges, subtasks) = if key_types.is_empty() {
+                (vec![(left, Exchange::Single), (right, Exchange::Single)], 1)
+            } else {
+                let hash = |keys, describe| Exchange::Hash {
+                    keys,
+                    key_types: key_types.clone(),
+                    describe,
+                };
+                (
+                    vec![
+                        (left, hash(left_keys, left_names)),
+                        (right, hash(right_keys, right_names)),
+                    ],
+                    parallelism,
+                )
+            };
+            fragments.push(Fragment {
+                input: FragmentInput::Upstream(edges),
+                chain: vec![spec],
+                parallelism: subtasks,
+                keyed,
             });
             fragments.len() - 1
         }
@@ -665,7 +718,7 @@ fn visit(plan: &LogicalPlan, ctx: &PlanContext) -> Result<Partial> {
             }
             plain(Node::Union { inputs, watermarks })
         }
-        LogicalPlan::Join(_) => Err(unsupported("JOIN")),
+        LogicalPlan::Join(join) => plain(join_node(join, ctx)?),
         LogicalPlan::Sort(_) => Err(unsupported("ORDER BY")),
         LogicalPlan::Limit(_) => Err(unsupported("LIMIT")),
         LogicalPlan::Window(_) => Err(unsupported("a window function (OVER)")),
@@ -725,5 +778,81 @@ fn agg_call(
         arg,
         arg_type,
         output_type,
+    })
+}
+
+/// A join of two inputs on the equalities of `ON` (and its other conditions).
+fn join_node(join: &datafusion::logical_expr::logical_plan::Join, ctx: &PlanContext) -> Result<Node> {
+    use datafusion::common::{JoinType, NullEquality};
+    let kind = match join.join_type {
+        JoinType::Inner => JoinKind::Inner,
+        JoinType::Left => JoinKind::Left,
+        JoinType::Right => JoinKind::Right,
+        JoinType::Full => JoinKind::Full,
+        other => return Err(unsupported(&format!("a {other} join"))),
+    };
+    let left = visit(&join.left, ctx)?.finish()?;
+    let right = visit(&join.right, ctx)?.finish()?;
+    let schemas = [join.left.schema(), join.right.schema()];
+    let mut keys: [Vec<Arc<dyn PhysicalExpr>>; 2] = [vec![], vec![]];
+    let mut key_types = Vec::new();
+    let mut names: [Vec<String>; 2] = [vec![], vec![]];
+    for (l, r) in &join.on {
+        let left_type = l.get_type(schemas[0])?;
+        // Both sides must encode a key alike, or equal keys would reach different
+        // subtasks.
+        let r = if r.get_type(schemas[1])? == left_type {
+            r.clone()
+        } else {
+            r.clone().cast_to(&left_type, schemas[1])?
+        };
+        keys[0].push(physical(l, schemas[0])?);
+        keys[1].push(physical(&r, schemas[1])?);
+        names[0].push(l.schema_name().to_string());
+        names[1].push(r.schema_name().to_string());
+        key_types.push(left_type);
+    }
+    let filter = join
+        .filter
+        .as_ref()
+        .map(|f| physical(f, &join.schema))
+        .transpose()?;
+    let spec = JoinSpec {
+        kind,
+        keys: keys.clone(),
+        key_types: key_types.clone(),
+        inputs: [
+            Arc::new(schemas[0].as_arrow().clone()),
+            Arc::new(schemas[1].as_arrow().clone()),
+        ],
+        keyed_inputs: [left.keyed(), right.keyed()],
+        filter,
+        nulls_equal: join.null_equality == NullEquality::NullEqualsNull,
+        output: Arc::new(join.schema.as_arrow().clone()),
+    };
+    let keyed = spec.output_keyed();
+    let on: Vec<String> = names[0]
+        .iter()
+        .zip(&names[1])
+        .map(|(l, r)| format!("{l} = {r}"))
+        .collect();
+    let describe = format!(
+        "HashJoin({}, on: [{}]{})",
+        kind.sql_name(),
+        on.join(", "),
+        join.filter
+            .as_ref()
+            .map(|f| format!(", filter: {f}"))
+            .unwrap_or_default()
+    );
+    let build: OperatorFactory =
+        Arc::new(move || Ok(Box::new(HashJoin::new(spec.clone())?) as Box<dyn Operator>));
+    Ok(Node::Join {
+        spec: OperatorSpec { describe, build },
+        keyed,
+        keys,
+        key_types,
+        key_names: names.map(|n| n.join(", ")),
+        inputs: Box::new([left, right]),
     })
 }

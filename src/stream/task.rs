@@ -166,8 +166,8 @@ pub struct Task {
     pub info: Arc<TaskInfo>,
     pub input: TaskInput,
     pub chain: Vec<Box<dyn Operator>>,
-    /// The internal state table of each operator of the chain that keeps state.
-    pub states: Vec<Option<OperatorState>>,
+    /// The internal state tables of each operator of the chain (none for most).
+    pub states: Vec<Vec<OperatorState>>,
     /// For a connector subtask: where its splits' positions go.
     pub positions: Option<SourcePositions>,
     pub output: TaskOutput,
@@ -231,9 +231,9 @@ impl Task {
 
     async fn run_input(&mut self, job: &JobInfo, input: &mut TaskInput) -> Result<()> {
         // State from the last checkpoint, if the job had any.
-        for (op, state) in self.chain.iter_mut().zip(&self.states) {
-            if let Some(state) = state {
-                op.restore(state)?;
+        for (op, tables) in self.chain.iter_mut().zip(&self.states) {
+            if !tables.is_empty() {
+                op.restore(tables)?;
             }
         }
         let initial = super::operators::initial_output(&mut self.chain)?;
@@ -352,6 +352,7 @@ impl Task {
             if !self
                 .ingest(
                     job,
+                    0,
                     StreamChunk::inserts(batch),
                     projection,
                     watermark,
@@ -406,10 +407,10 @@ impl Task {
     fn write_state(&mut self) -> Result<()> {
         let mut batch = WriteBatch::default();
         let mut store = None;
-        for (op, state) in self.chain.iter_mut().zip(&self.states) {
-            if let Some(state) = state {
-                op.checkpoint(state, &mut batch)?;
-                store = Some(state.store().clone());
+        for (op, tables) in self.chain.iter_mut().zip(&self.states) {
+            if let Some(table) = tables.first() {
+                op.checkpoint(tables, &mut batch)?;
+                store = Some(table.store().clone());
             }
         }
         if let Some(p) = &mut self.positions {
@@ -442,12 +443,13 @@ impl Task {
         Ok(())
     }
 
-    /// Runs a chunk read from a source or a change log through the chain: late rows
-    /// dropped and the watermark advanced first if the relation declares one. `Ok(false)`
-    /// when downstream is gone.
+    /// Runs a chunk read from a source, a change log or input `input` of the chain's
+    /// first operator through the chain: late rows dropped and the watermark advanced
+    /// first if the relation declares one. `Ok(false)` when downstream is gone.
     async fn ingest(
         &mut self,
         job: &JobInfo,
+        input: usize,
         chunk: StreamChunk,
         projection: &Option<Vec<usize>>,
         watermark: &mut Option<WatermarkGenerator>,
@@ -461,22 +463,23 @@ impl Task {
             }
             None => (chunk, None),
         };
-        let outputs = self.process(project(chunk, projection)?)?;
+        let outputs = self.process(input, project(chunk, projection)?)?;
         add_time(&self.info.busy_ns, busy);
         if !self.emit(job, outputs).await? {
             return Ok(false);
         }
         match advanced {
-            Some(w) => self.watermark(job, w).await,
+            Some(w) => self.watermark(job, input, w).await,
             None => Ok(true),
         }
     }
 
-    /// Runs a watermark through the chain and passes on what comes out; `Ok(false)` when
-    /// downstream is gone.
-    async fn watermark(&mut self, job: &JobInfo, watermark: Watermark) -> Result<bool> {
+    /// Runs a watermark of input `input` through the chain and passes on what comes
+    /// out; `Ok(false)` when downstream is gone.
+    async fn watermark(&mut self, job: &JobInfo, input: usize, watermark: Watermark) -> Result<bool> {
         let busy = Instant::now();
-        let (chunks, watermarks) = super::operators::run_watermark(&mut self.chain, watermark)?;
+        let (chunks, watermarks) =
+            super::operators::run_watermark(&mut self.chain, input, watermark)?;
         add_time(&self.info.busy_ns, busy);
         if !self.emit(job, chunks).await? {
             return Ok(false);
@@ -503,7 +506,7 @@ impl Task {
         let mut stop = job.stop_receiver();
         for chunk in snapshot {
             if !self
-                .ingest(job, chunk, projection, watermark, Instant::now())
+                .ingest(job, 0, chunk, projection, watermark, Instant::now())
                 .await?
             {
                 return Ok(());
@@ -528,20 +531,20 @@ impl Task {
                         None => Ok(()),
                     };
                 }
-                Some(Message::Watermark(w)) => {
-                    if !self.watermark(job, w).await? {
+                Some((input, Message::Watermark(w))) => {
+                    if !self.watermark(job, input, w).await? {
                         return Ok(());
                     }
                 }
-                Some(Message::Chunk(chunk)) => {
+                Some((input, Message::Chunk(chunk))) => {
                     if !self
-                        .ingest(job, chunk, projection, watermark, Instant::now())
+                        .ingest(job, input, chunk, projection, watermark, Instant::now())
                         .await?
                     {
                         return Ok(());
                     }
                 }
-                Some(Message::Barrier(barrier)) => {
+                Some((_, Message::Barrier(barrier))) => {
                     if !self.barrier(job, barrier).await? {
                         return Ok(());
                     }
@@ -550,12 +553,12 @@ impl Task {
         }
     }
 
-    /// Runs a chunk through the chain.
-    fn process(&mut self, chunk: StreamChunk) -> Result<Vec<StreamChunk>> {
+    /// Runs a chunk of input `input` through the chain.
+    fn process(&mut self, input: usize, chunk: StreamChunk) -> Result<Vec<StreamChunk>> {
         self.info
             .rows_in
             .fetch_add(chunk.num_rows() as u64, Ordering::Relaxed);
-        super::operators::run_chain(&mut self.chain, chunk)
+        super::operators::run_chain(&mut self.chain, input, chunk)
     }
 
     /// Delivers output chunks; `Ok(false)` when downstream is gone.

@@ -3,6 +3,7 @@
 
 pub mod filter;
 pub mod hash_agg;
+pub mod hash_join;
 pub mod project;
 pub mod tag_keys;
 pub mod unnest;
@@ -16,8 +17,20 @@ pub trait Operator: Send {
     /// A short name for `EXPLAIN` and the tasks table.
     fn name(&self) -> &'static str;
 
-    /// Processes one chunk.
+    /// How many inputs the operator reads (a join: two). Only the first operator of a
+    /// chain can have more than one; the others read the operator before them.
+    fn input_count(&self) -> usize {
+        1
+    }
+
+    /// Processes one chunk (of input 0).
     fn process(&mut self, chunk: StreamChunk) -> Result<Vec<StreamChunk>>;
+
+    /// Processes one chunk of input `input` (operators with several inputs override it).
+    fn process_input(&mut self, input: usize, chunk: StreamChunk) -> Result<Vec<StreamChunk>> {
+        debug_assert_eq!(input, 0, "{} has one input", self.name());
+        self.process(chunk)
+    }
 
     /// Rows the operator outputs before any input (a global aggregate's first row).
     fn initial_output(&mut self) -> Result<Vec<StreamChunk>> {
@@ -31,6 +44,13 @@ pub trait Operator: Send {
         Ok((vec![], vec![watermark]))
     }
 
+    /// Reacts to a watermark of input `input` (operators with several inputs override
+    /// it: each input's watermark arrives on its own).
+    fn on_input_watermark(&mut self, input: usize, watermark: Watermark) -> Result<WatermarkOutput> {
+        debug_assert_eq!(input, 0, "{} has one input", self.name());
+        self.on_watermark(watermark)
+    }
+
     /// A barrier is about to pass: rows held back until the end of the epoch (an
     /// aggregate's one change per group). Called before [`Operator::checkpoint`].
     fn on_barrier(&mut self) -> Result<Vec<StreamChunk>> {
@@ -42,20 +62,21 @@ pub trait Operator: Send {
         Ok(vec![])
     }
 
-    /// Whether the operator keeps state that must survive a restart: it then gets an
-    /// internal state table and the two calls below.
-    fn is_stateful(&self) -> bool {
-        false
+    /// How many internal state tables the operator keeps (state that must survive a
+    /// restart: an aggregate one, a join one per side). The operator gets them, in
+    /// order, in the two calls below.
+    fn state_tables(&self) -> usize {
+        0
     }
 
     /// A barrier passes: writes the state changed since the last one into `batch`.
-    fn checkpoint(&mut self, _state: &OperatorState, _batch: &mut WriteBatch) -> Result<()> {
+    fn checkpoint(&mut self, _tables: &[OperatorState], _batch: &mut WriteBatch) -> Result<()> {
         Ok(())
     }
 
     /// Before any input, when the job restarts from a checkpoint: loads the state of the
     /// key groups this subtask owns.
-    fn restore(&mut self, _state: &OperatorState) -> Result<()> {
+    fn restore(&mut self, _tables: &[OperatorState]) -> Result<()> {
         Ok(())
     }
 }
@@ -63,9 +84,21 @@ pub trait Operator: Send {
 /// What an operator returns for a watermark: chunks, then watermarks for its output.
 pub type WatermarkOutput = (Vec<StreamChunk>, Vec<Watermark>);
 
-/// Runs a chunk through a chain of operators.
-pub fn run_chain(chain: &mut [Box<dyn Operator>], chunk: StreamChunk) -> Result<Vec<StreamChunk>> {
-    run_chunks(chain, vec![chunk])
+/// Runs a chunk of input `input` through a chain of operators (the input index matters
+/// only to the first operator).
+pub fn run_chain(
+    chain: &mut [Box<dyn Operator>],
+    input: usize,
+    chunk: StreamChunk,
+) -> Result<Vec<StreamChunk>> {
+    let Some((first, rest)) = chain.split_first_mut() else {
+        return Ok(vec![chunk]);
+    };
+    if chunk.num_rows() == 0 {
+        return Ok(vec![]);
+    }
+    let out = first.process_input(input, chunk)?;
+    run_chunks(rest, out)
 }
 
 /// What a chain outputs before any input: each operator's initial rows, run through the
@@ -81,11 +114,12 @@ pub fn initial_output(chain: &mut [Box<dyn Operator>]) -> Result<Vec<StreamChunk
     Ok(out)
 }
 
-/// Runs a watermark through a chain: each operator's chunks go through the operators
-/// after it, its watermarks to the next operator. Returns the chunks and the watermarks
-/// leaving the chain, chunks first.
+/// Runs a watermark of input `input` through a chain: each operator's chunks go through
+/// the operators after it, its watermarks to the next operator. Returns the chunks and
+/// the watermarks leaving the chain, chunks first.
 pub fn run_watermark(
     chain: &mut [Box<dyn Operator>],
+    input: usize,
     watermark: Watermark,
 ) -> Result<WatermarkOutput> {
     let mut chunks = Vec::new();
@@ -93,7 +127,11 @@ pub fn run_watermark(
     for i in 0..chain.len() {
         let mut next = Vec::new();
         for w in watermarks {
-            let (out, wms) = chain[i].on_watermark(w)?;
+            let (out, wms) = if i == 0 {
+                chain[i].on_input_watermark(input, w)?
+            } else {
+                chain[i].on_watermark(w)?
+            };
             if !out.is_empty() {
                 chunks.extend(run_chunks(&mut chain[i + 1..], out)?);
             }

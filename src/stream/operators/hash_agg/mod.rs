@@ -720,13 +720,14 @@ impl Operator for HashAgg {
         "HashAgg"
     }
 
-    fn is_stateful(&self) -> bool {
-        true
+    fn state_tables(&self) -> usize {
+        1
     }
 
     /// Writes every changed group's state (deleting groups with no rows and forgotten
     /// windows) and, with `EMIT ON WINDOW CLOSE`, where windows are closed.
-    fn checkpoint(&mut self, state: &OperatorState, batch: &mut WriteBatch) -> Result<()> {
+    fn checkpoint(&mut self, tables: &[OperatorState], batch: &mut WriteBatch) -> Result<()> {
+        let state = &tables[0];
         for key in self.forgotten.drain(..) {
             state.put_keyed(batch, &key, None);
         }
@@ -762,7 +763,8 @@ impl Operator for HashAgg {
 
     /// Connects the groups to the state table; they are read from it as their keys come.
     /// With `EMIT ON WINDOW CLOSE`, the open windows and their groups' keys are read now.
-    fn restore(&mut self, state: &OperatorState) -> Result<()> {
+    fn restore(&mut self, tables: &[OperatorState]) -> Result<()> {
+        let state = &tables[0];
         self.attach(state)?;
         let has_groups = self.cache.as_ref().is_some_and(|c| c.may_hold_more);
         let mut keys: Vec<Box<[u8]>> = Vec::new();

@@ -1,0 +1,196 @@
+//! [`SideState`]: the rows one side of a join holds, by join key.
+//!
+//! Each row is stored under its join key and a row id: the row's stream key when the
+//! side's input carries keys (so a later delete finds it), or a sequence number per join
+//! key when it is append-only (identical rows stay distinct). Rows of a side that keeps
+//! unmatched rows (the left side of a `LEFT JOIN`) also count their matches on the other
+//! side, their *degree*: a row whose degree falls to zero is emitted NULL-padded again.
+//!
+//! The rows live in memory and in the side's state table; a barrier writes the entries
+//! changed since the last one. State keys are `len(join key) | join key | row id` in the
+//! key group of the join key — the group the hash exchange routes the rows by, so a job
+//! restarted at another parallelism finds each key's rows in the subtask they now reach.
+
+use crate::error::{EddyError, Result};
+use crate::state::OperatorState;
+use crate::state::keys::key_group_of;
+use rocksdb::WriteBatch;
+use std::collections::{BTreeMap, HashMap, HashSet};
+
+/// A stored row: its encoded values (arrow row format) and, on a side that keeps
+/// unmatched rows, how many rows of the other side it matches.
+pub struct Entry {
+    pub row: Box<[u8]>,
+    pub degree: u64,
+}
+
+/// The rows of one join key.
+#[derive(Default)]
+pub struct KeyRows {
+    pub rows: BTreeMap<Box<[u8]>, Entry>,
+    /// The next sequence number (append-only inputs).
+    next_seq: u64,
+}
+
+#[derive(Default)]
+pub struct SideState {
+    keys: HashMap<Box<[u8]>, KeyRows>,
+    /// `(join key, row id)` of the entries changed since the last barrier.
+    dirty: HashSet<(Box<[u8]>, Box<[u8]>)>,
+    rows: usize,
+}
+
+impl SideState {
+    pub fn rows_of(&self, join_key: &[u8]) -> Option<&KeyRows> {
+        self.keys.get(join_key)
+    }
+
+    pub fn rows_of_mut(&mut self, join_key: &[u8]) -> Option<&mut KeyRows> {
+        self.keys.get_mut(join_key)
+    }
+
+    /// How many rows the side holds.
+    pub fn len(&self) -> usize {
+        self.rows
+    }
+
+    /// A fresh row id for an append-only row of `join_key`.
+    pub fn next_id(&mut self, join_key: &[u8]) -> Box<[u8]> {
+        let rows = self.keys.entry(join_key.into()).or_default();
+        let id = rows.next_seq;
+        rows.next_seq += 1;
+        Box::new(id.to_be_bytes())
+    }
+
+    /// Stores a row (replacing one stored under the same id).
+    pub fn insert(&mut self, join_key: &[u8], id: Box<[u8]>, entry: Entry) {
+        let rows = self.keys.entry(join_key.into()).or_default();
+        if rows.rows.insert(id.clone(), entry).is_none() {
+            self.rows += 1;
+        }
+        self.dirty.insert((join_key.into(), id));
+    }
+
+    /// Removes a row; returns it if it was there.
+    pub fn remove(&mut self, join_key: &[u8], id: &[u8]) -> Option<Entry> {
+        let rows = self.keys.get_mut(join_key)?;
+        let entry = rows.rows.remove(id)?;
+        self.rows -= 1;
+        self.dirty.insert((join_key.into(), id.into()));
+        // An append-only key keeps its sequence (ids must not be reused); a keyed one
+        // without rows is forgotten.
+        if rows.rows.is_empty() && rows.next_seq == 0 {
+            self.keys.remove(join_key);
+        }
+        Some(entry)
+    }
+
+    /// The id of a stored row with these values (an append-only side told to delete a
+    /// row: any identical one will do).
+    pub fn find_row(&self, join_key: &[u8], row: &[u8]) -> Option<Box<[u8]>> {
+        let rows = self.keys.get(join_key)?;
+        rows.rows
+            .iter()
+            .rev()
+            .find(|(_, e)| &*e.row == row)
+            .map(|(id, _)| id.clone())
+    }
+
+    /// Marks an entry whose degree changed.
+    pub fn touch(&mut self, join_key: &[u8], id: &[u8]) {
+        self.dirty.insert((join_key.into(), id.into()));
+    }
+
+    /// Writes the entries changed since the last barrier.
+    pub fn checkpoint(&mut self, table: &OperatorState, batch: &mut WriteBatch) {
+        let mut key = Vec::new();
+        let mut value = Vec::new();
+        for (join_key, id) in self.dirty.drain() {
+            state_key(&join_key, &id, &mut key);
+            let group = key_group_of(&join_key);
+            match self.keys.get(&join_key).and_then(|r| r.rows.get(&id)) {
+                Some(entry) => {
+                    value.clear();
+                    value.extend_from_slice(&entry.degree.to_le_bytes());
+                    value.extend_from_slice(&entry.row);
+                    table.put_in_group(batch, group, &key, Some(&value));
+                }
+                None => table.put_in_group(batch, group, &key, None),
+            }
+        }
+    }
+
+    /// Loads the rows of the key groups this subtask owns. Sequence numbers continue
+    /// after the largest one stored.
+    pub fn restore(&mut self, table: &OperatorState, append_only: bool) -> Result<()> {
+        table.scan_owned(|key, value| {
+            let (join_key, id) = split_state_key(key)?;
+            if value.len() < 8 {
+                return Err(EddyError::internal("a join state row is truncated"));
+            }
+            let degree = u64::from_le_bytes(value[..8].try_into().expect("length checked"));
+            let rows = self.keys.entry(join_key.into()).or_default();
+            if append_only && let Ok(seq) = <[u8; 8]>::try_from(id) {
+                rows.next_seq = rows.next_seq.max(u64::from_be_bytes(seq) + 1);
+            }
+            rows.rows.insert(
+                id.into(),
+                Entry {
+                    row: value[8..].into(),
+                    degree,
+                },
+            );
+            self.rows += 1;
+            Ok(())
+        })
+    }
+}
+
+fn state_key(join_key: &[u8], id: &[u8], out: &mut Vec<u8>) {
+    out.clear();
+    out.extend_from_slice(&(join_key.len() as u32).to_be_bytes());
+    out.extend_from_slice(join_key);
+    out.extend_from_slice(id);
+}
+
+fn split_state_key(key: &[u8]) -> Result<(&[u8], &[u8])> {
+    let malformed = || EddyError::internal("a join state key is malformed");
+    let len = u32::from_be_bytes(key.get(..4).ok_or_else(malformed)?.try_into().expect("4"));
+    let end = 4 + len as usize;
+    if key.len() < end {
+        return Err(malformed());
+    }
+    Ok((&key[4..end], &key[end..]))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn state_keys_split_back() {
+        let mut key = Vec::new();
+        state_key(b"join", b"id", &mut key);
+        assert_eq!(split_state_key(&key).unwrap(), (&b"join"[..], &b"id"[..]));
+        state_key(b"", b"", &mut key);
+        assert_eq!(split_state_key(&key).unwrap(), (&b""[..], &b""[..]));
+        assert!(split_state_key(&[0, 0, 0, 9, 1]).is_err());
+    }
+
+    #[test]
+    fn append_only_ids_are_not_reused() {
+        let mut side = SideState::default();
+        let a = side.next_id(b"k");
+        side.insert(
+            b"k",
+            a.clone(),
+            Entry {
+                row: Box::new([1]),
+                degree: 0,
+            },
+        );
+        assert!(side.remove(b"k", &a).is_some());
+        assert_ne!(side.next_id(b"k"), a);
+        assert_eq!(side.len(), 0);
+    }
+}
