@@ -240,3 +240,169 @@ impl AlignedInputs {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::stream::StreamChunk;
+    use arrow::array::{Int64Array, RecordBatch};
+    use arrow::datatypes::{DataType, Field, Schema};
+    use std::sync::Arc;
+    use tokio::sync::mpsc::{Sender, channel};
+
+    fn rows(n: i64) -> Message {
+        let schema = Arc::new(Schema::new(vec![Field::new("x", DataType::Int64, false)]));
+        let batch =
+            RecordBatch::try_new(schema, vec![Arc::new(Int64Array::from(vec![n]))]).unwrap();
+        Message::Chunk(StreamChunk::inserts(batch))
+    }
+
+    fn watermark(column: usize, value: i64) -> Message {
+        Message::Watermark(Watermark {
+            column,
+            value: ScalarValue::Int64(Some(value)),
+        })
+    }
+
+    /// Channels `(input of each)`; the senders in the same order.
+    fn inputs(of: &[usize], merge: WatermarkMerge) -> (AlignedInputs, Vec<Sender<Message>>) {
+        let mut senders = Vec::new();
+        let mut channels = Vec::new();
+        for input in of {
+            let (tx, rx) = channel(16);
+            senders.push(tx);
+            channels.push((*input, Input::Task(rx)));
+        }
+        (AlignedInputs::with_inputs(channels, merge), senders)
+    }
+
+    /// What `next` returns, in short: `c<input>:<x>`, `b<epoch>`, `B<epoch>` (final),
+    /// `w<input>:<column>=<value>`.
+    async fn next(aligned: &mut AlignedInputs) -> Option<String> {
+        let (input, message) = aligned.next().await?;
+        Some(match message {
+            Message::Chunk(c) => {
+                let x = c
+                    .batch
+                    .column(0)
+                    .as_any()
+                    .downcast_ref::<Int64Array>()
+                    .unwrap();
+                format!("c{input}:{}", x.value(0))
+            }
+            Message::Barrier(b) if b.is_final => format!("B{}", b.epoch),
+            Message::Barrier(b) => format!("b{}", b.epoch),
+            Message::Watermark(w) => format!("w{input}:{}={}", w.column, w.value),
+        })
+    }
+
+    /// Whether `next` would wait (nothing ready).
+    async fn waits(aligned: &mut AlignedInputs) -> bool {
+        tokio::time::timeout(std::time::Duration::from_millis(20), aligned.next())
+            .await
+            .is_err()
+    }
+
+    #[tokio::test]
+    async fn chunks_carry_their_input_and_a_barrier_waits_for_every_channel() {
+        // Input 0 over two channels (two upstream subtasks), input 1 over one.
+        let (mut aligned, tx) = inputs(&[0, 0, 1], WatermarkMerge::PerInput);
+        tx[0].send(Message::Barrier(Barrier::new(1))).await.unwrap();
+        tx[0].send(rows(99)).await.unwrap(); // after the barrier: held back
+        tx[1].send(rows(1)).await.unwrap();
+        tx[2].send(rows(2)).await.unwrap();
+        let mut seen = vec![
+            next(&mut aligned).await.unwrap(),
+            next(&mut aligned).await.unwrap(),
+        ];
+        seen.sort();
+        assert_eq!(seen, vec!["c0:1", "c1:2"]);
+        assert!(
+            waits(&mut aligned).await,
+            "the barrier waits for channels 1 and 2"
+        );
+        tx[1].send(Message::Barrier(Barrier::new(1))).await.unwrap();
+        tx[2].send(Message::Barrier(Barrier::new(1))).await.unwrap();
+        assert_eq!(next(&mut aligned).await.unwrap(), "b1");
+        assert_eq!(next(&mut aligned).await.unwrap(), "c0:99");
+    }
+
+    #[tokio::test]
+    async fn watermarks_per_input_are_the_minimum_over_that_inputs_channels() {
+        let (mut aligned, tx) = inputs(&[0, 0, 1], WatermarkMerge::PerInput);
+        tx[2].send(watermark(3, 50)).await.unwrap();
+        assert_eq!(next(&mut aligned).await.unwrap(), "w1:3=50");
+        tx[0].send(watermark(3, 10)).await.unwrap();
+        assert!(
+            waits(&mut aligned).await,
+            "channel 1 of input 0 has none yet"
+        );
+        tx[1].send(watermark(3, 20)).await.unwrap();
+        assert_eq!(next(&mut aligned).await.unwrap(), "w0:3=10");
+        // Not grown: nothing.
+        tx[0].send(watermark(3, 5)).await.unwrap();
+        assert!(waits(&mut aligned).await);
+        tx[0].send(watermark(3, 30)).await.unwrap();
+        assert_eq!(next(&mut aligned).await.unwrap(), "w0:3=20");
+    }
+
+    #[tokio::test]
+    async fn watermarks_across_inputs_are_the_minimum_of_all() {
+        let (mut aligned, tx) = inputs(&[0, 1], WatermarkMerge::AcrossInputs);
+        tx[1].send(watermark(0, 50)).await.unwrap();
+        assert!(waits(&mut aligned).await);
+        tx[0].send(watermark(0, 70)).await.unwrap();
+        assert_eq!(next(&mut aligned).await.unwrap(), "w0:0=50");
+        tx[1].send(watermark(0, 90)).await.unwrap();
+        assert_eq!(next(&mut aligned).await.unwrap(), "w0:0=70");
+    }
+
+    #[tokio::test]
+    async fn an_input_that_ends_stops_holding_barriers_and_watermarks() {
+        let (mut aligned, tx) = inputs(&[0, 1], WatermarkMerge::AcrossInputs);
+        tx[0].send(watermark(0, 10)).await.unwrap();
+        tx[1].send(watermark(0, 40)).await.unwrap();
+        assert_eq!(next(&mut aligned).await.unwrap(), "w0:0=10");
+        // Input 0 ends at barrier 2; the barrier is not final while input 1 is open,
+        // and input 1's watermark is then the only one.
+        tx[0]
+            .send(Message::Barrier(Barrier::new(2).into_final()))
+            .await
+            .unwrap();
+        tx[1].send(Message::Barrier(Barrier::new(2))).await.unwrap();
+        assert_eq!(next(&mut aligned).await.unwrap(), "b2");
+        assert_eq!(next(&mut aligned).await.unwrap(), "w0:0=40");
+        tx[1].send(rows(5)).await.unwrap();
+        assert_eq!(next(&mut aligned).await.unwrap(), "c1:5");
+        tx[1].send(Message::Barrier(Barrier::new(3))).await.unwrap();
+        assert_eq!(
+            next(&mut aligned).await.unwrap(),
+            "b3",
+            "not held by the ended input"
+        );
+        tx[1]
+            .send(Message::Barrier(Barrier::new(4).into_final()))
+            .await
+            .unwrap();
+        assert_eq!(next(&mut aligned).await.unwrap(), "B4");
+    }
+
+    #[tokio::test]
+    async fn channels_closed_without_a_final_barrier_end_the_stream() {
+        let (mut aligned, tx) = inputs(&[0, 1], WatermarkMerge::PerInput);
+        tx[0].send(rows(1)).await.unwrap();
+        drop(tx);
+        assert_eq!(next(&mut aligned).await.unwrap(), "c0:1");
+        assert_eq!(next(&mut aligned).await, None);
+    }
+
+    #[tokio::test]
+    async fn barriers_of_different_epochs_are_released_once_at_the_latest() {
+        // A channel that skipped an epoch (it joined late) must not wedge the task.
+        let (mut aligned, tx) = inputs(&[0, 1], WatermarkMerge::PerInput);
+        tx[0].send(Message::Barrier(Barrier::new(5))).await.unwrap();
+        tx[1].send(Message::Barrier(Barrier::new(6))).await.unwrap();
+        assert_eq!(next(&mut aligned).await.unwrap(), "b6");
+        assert!(waits(&mut aligned).await);
+    }
+}

@@ -455,7 +455,7 @@ impl JobRegistry {
                         TaskInput::Merge {
                             snapshot,
                             projection: projection.clone(),
-                            inputs: AlignedInputs::new(receivers),
+                            inputs: Box::new(AlignedInputs::new(receivers)),
                             watermark: watermark
                                 .clone()
                                 .map(super::watermark::WatermarkGenerator::new),
@@ -465,10 +465,10 @@ impl JobRegistry {
                     FragmentInput::Upstream(_) => TaskInput::Merge {
                         snapshot: vec![],
                         projection: None,
-                        inputs: AlignedInputs::with_inputs(
+                        inputs: Box::new(AlignedInputs::with_inputs(
                             std::mem::take(&mut inputs[f][subtask]),
                             merge,
-                        ),
+                        )),
                         watermark: None,
                         injector: None,
                     },

@@ -782,7 +782,10 @@ fn agg_call(
 }
 
 /// A join of two inputs on the equalities of `ON` (and its other conditions).
-fn join_node(join: &datafusion::logical_expr::logical_plan::Join, ctx: &PlanContext) -> Result<Node> {
+fn join_node(
+    join: &datafusion::logical_expr::logical_plan::Join,
+    ctx: &PlanContext,
+) -> Result<Node> {
     use datafusion::common::{JoinType, NullEquality};
     let kind = match join.join_type {
         JoinType::Inner => JoinKind::Inner,

@@ -38,7 +38,7 @@ pub enum TaskInput {
     Merge {
         snapshot: Vec<StreamChunk>,
         projection: Option<Vec<usize>>,
-        inputs: AlignedInputs,
+        inputs: Box<AlignedInputs>,
         /// For a change log of a table with `WATERMARK FOR`.
         watermark: Option<WatermarkGenerator>,
         /// For a change log: the coordinator's barriers, which end the stream once the
@@ -205,7 +205,7 @@ impl Task {
             TaskInput::Merge {
                 snapshot: vec![],
                 projection: None,
-                inputs: AlignedInputs::new(vec![]),
+                inputs: Box::new(AlignedInputs::new(vec![])),
                 watermark: None,
                 injector: None,
             },
@@ -476,7 +476,12 @@ impl Task {
 
     /// Runs a watermark of input `input` through the chain and passes on what comes
     /// out; `Ok(false)` when downstream is gone.
-    async fn watermark(&mut self, job: &JobInfo, input: usize, watermark: Watermark) -> Result<bool> {
+    async fn watermark(
+        &mut self,
+        job: &JobInfo,
+        input: usize,
+        watermark: Watermark,
+    ) -> Result<bool> {
         let busy = Instant::now();
         let (chunks, watermarks) =
             super::operators::run_watermark(&mut self.chain, input, watermark)?;

@@ -43,12 +43,23 @@ impl Harness {
                     .collect()
             })
             .collect();
-        Self {
+        let mut harness = Self {
             factory: Box::new(factory),
             chain,
             tables,
             store,
             _dir: dir,
+        };
+        // A task connects every stateful operator to its tables before any input.
+        harness.restore();
+        harness
+    }
+
+    fn restore(&mut self) {
+        for (op, tables) in self.chain.iter_mut().zip(&self.tables) {
+            if !tables.is_empty() {
+                op.restore(tables).expect("restore");
+            }
         }
     }
 
@@ -78,11 +89,7 @@ impl Harness {
     /// The job restarts from the last barrier: a new chain, restored from the store.
     pub fn restart(&mut self) {
         self.chain = (self.factory)().expect("chain");
-        for (op, tables) in self.chain.iter_mut().zip(&self.tables) {
-            if !tables.is_empty() {
-                op.restore(tables).expect("restore");
-            }
-        }
+        self.restore();
     }
 
     /// Keyed state entries the chain's operators have written.
@@ -146,7 +153,10 @@ pub fn rows_text(chunks: &[StreamChunk]) -> Vec<String> {
                 Op::UpdateDelete => "U-",
                 Op::UpdateInsert => "U+",
             };
-            let values: Vec<String> = formatters.iter().map(|f| f.value(row).to_string()).collect();
+            let values: Vec<String> = formatters
+                .iter()
+                .map(|f| f.value(row).to_string())
+                .collect();
             out.push(format!("{op} {}", values.join(", ")));
         }
     }
@@ -167,7 +177,10 @@ impl Materialized {
         for chunk in chunks {
             let texts = rows_text(std::slice::from_ref(chunk));
             for (row, text) in texts.into_iter().enumerate() {
-                let values = text.split_once(' ').map(|(_, v)| v.to_string()).unwrap_or_default();
+                let values = text
+                    .split_once(' ')
+                    .map(|(_, v)| v.to_string())
+                    .unwrap_or_default();
                 let op = chunk.ops[row];
                 match &chunk.keys {
                     Some(keys) => {
@@ -175,7 +188,11 @@ impl Materialized {
                             self.keyed.insert(keys[row].clone(), values);
                         } else {
                             let old = self.keyed.remove(&keys[row]);
-                            assert_eq!(old.as_deref(), Some(values.as_str()), "delete of a row not held");
+                            assert_eq!(
+                                old.as_deref(),
+                                Some(values.as_str()),
+                                "delete of a row not held"
+                            );
                         }
                     }
                     None => {

@@ -8,6 +8,9 @@ pub mod project;
 pub mod tag_keys;
 pub mod unnest;
 
+#[cfg(test)]
+mod tests;
+
 use super::{StreamChunk, Watermark};
 use crate::error::Result;
 use crate::state::OperatorState;
@@ -46,7 +49,11 @@ pub trait Operator: Send {
 
     /// Reacts to a watermark of input `input` (operators with several inputs override
     /// it: each input's watermark arrives on its own).
-    fn on_input_watermark(&mut self, input: usize, watermark: Watermark) -> Result<WatermarkOutput> {
+    fn on_input_watermark(
+        &mut self,
+        input: usize,
+        watermark: Watermark,
+    ) -> Result<WatermarkOutput> {
         debug_assert_eq!(input, 0, "{} has one input", self.name());
         self.on_watermark(watermark)
     }

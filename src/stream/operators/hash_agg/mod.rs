@@ -954,6 +954,13 @@ impl HashAgg {
         const OLD: usize = 0;
         const NEW: usize = 1;
         let (new_batch, keep) = self.output_rows(groups)?;
+        let updated: Vec<(usize, usize)> = groups
+            .iter()
+            .enumerate()
+            .filter(|(i, g)| keep[*i] && self.exists(**g))
+            .filter_map(|(i, g)| old_rows.get(g).map(|o| (*o, i)))
+            .collect();
+        let unchanged = unchanged_rows(old_batch, &new_batch, &updated);
         let mut ops = Vec::new();
         let mut keys = Vec::new();
         let mut rows: Vec<(usize, usize)> = Vec::new();
@@ -961,6 +968,8 @@ impl HashAgg {
             let now = keep[i] && self.exists(*g);
             let key = self.group_rows[*g].to_vec();
             match (old_rows.get(g), now) {
+                // Changed back within the epoch: nothing to tell.
+                (Some(_), true) if unchanged.contains(&i) => {}
                 (Some(o), true) => {
                     ops.extend([Op::UpdateDelete, Op::UpdateInsert]);
                     keys.extend([key.clone(), key]);
@@ -999,4 +1008,42 @@ impl HashAgg {
             keys: Some(keys),
         }])
     }
+}
+
+/// Of the update pairs `(old row, new row)`, the new rows equal to their old ones
+/// (columns compared as `IS NOT DISTINCT FROM`). Columns that cannot be compared count
+/// as changed.
+fn unchanged_rows(
+    old_batch: &RecordBatch,
+    new_batch: &RecordBatch,
+    pairs: &[(usize, usize)],
+) -> std::collections::HashSet<usize> {
+    use arrow::array::{Array, UInt32Array};
+    if pairs.is_empty() {
+        return Default::default();
+    }
+    let old_indices = UInt32Array::from_iter_values(pairs.iter().map(|(o, _)| *o as u32));
+    let new_indices = UInt32Array::from_iter_values(pairs.iter().map(|(_, n)| *n as u32));
+    let mut same = vec![true; pairs.len()];
+    for c in 0..new_batch.num_columns() {
+        let compared = (|| -> std::result::Result<_, arrow::error::ArrowError> {
+            let old = arrow::compute::take(old_batch.column(c), &old_indices, None)?;
+            let new = arrow::compute::take(new_batch.column(c), &new_indices, None)?;
+            arrow::compute::kernels::cmp::distinct(&old, &new)
+        })();
+        match compared {
+            Ok(distinct) => {
+                for (k, flag) in same.iter_mut().enumerate() {
+                    *flag &= distinct.is_valid(k) && !distinct.value(k);
+                }
+            }
+            Err(_) => return Default::default(),
+        }
+    }
+    pairs
+        .iter()
+        .zip(same)
+        .filter(|(_, same)| *same)
+        .map(|((_, n), _)| *n)
+        .collect()
 }

@@ -30,7 +30,7 @@ use arrow::datatypes::{DataType, Field, Schema, SchemaRef};
 use arrow::row::{RowConverter, Rows, SortField};
 use datafusion::physical_expr::PhysicalExpr;
 use rocksdb::WriteBatch;
-use side::{Entry, SideState};
+use side::{Bytes, Entry, SideState};
 use std::sync::Arc;
 
 /// Which rows without a match a join keeps (NULL-padded).
@@ -142,7 +142,7 @@ impl HashJoin {
     }
 
     /// Each row's encoded join key, and whether it has a NULL (never matches).
-    fn join_keys(&self, side: usize, batch: &RecordBatch) -> Result<(Vec<Box<[u8]>>, Vec<bool>)> {
+    fn join_keys(&self, side: usize, batch: &RecordBatch) -> Result<(Vec<Bytes>, Vec<bool>)> {
         let n = batch.num_rows();
         let Some(codec) = &self.key_codec else {
             return Ok((vec![Box::default(); n], vec![false; n]));
@@ -192,9 +192,11 @@ impl HashJoin {
         if mine.is_empty() {
             return Ok(Some(vec![]));
         }
-        let my_columns = self.row_codecs[side].convert_rows(mine.iter().map(|r| rows.row(*r as usize)))?;
+        let my_columns =
+            self.row_codecs[side].convert_rows(mine.iter().map(|r| rows.row(*r as usize)))?;
         let parser = self.row_codecs[other].parser();
-        let their_columns = self.row_codecs[other].convert_rows(theirs.iter().map(|r| parser.parse(r)))?;
+        let their_columns =
+            self.row_codecs[other].convert_rows(theirs.iter().map(|r| parser.parse(r)))?;
         let columns = if side == 0 {
             [my_columns, their_columns].concat()
         } else {
@@ -398,8 +400,8 @@ impl Output {
                 .collect()
         } else {
             let parser = join.row_codecs[other].parser();
-            let stored = join.row_codecs[other]
-                .convert_rows(self.stored.iter().map(|r| parser.parse(r)))?;
+            let stored =
+                join.row_codecs[other].convert_rows(self.stored.iter().map(|r| parser.parse(r)))?;
             let indices = UInt32Array::from(self.theirs);
             stored
                 .iter()

@@ -32,11 +32,14 @@ pub struct KeyRows {
     next_seq: u64,
 }
 
+/// An encoded key or id.
+pub type Bytes = Box<[u8]>;
+
 #[derive(Default)]
 pub struct SideState {
     keys: HashMap<Box<[u8]>, KeyRows>,
     /// `(join key, row id)` of the entries changed since the last barrier.
-    dirty: HashSet<(Box<[u8]>, Box<[u8]>)>,
+    dirty: HashSet<(Bytes, Bytes)>,
     rows: usize,
 }
 
@@ -52,6 +55,10 @@ impl SideState {
     /// How many rows the side holds.
     pub fn len(&self) -> usize {
         self.rows
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.rows == 0
     }
 
     /// A fresh row id for an append-only row of `join_key`.

@@ -1,0 +1,235 @@
+//! Unit tests of the single-input operators through the harness: ops, keys, update
+//! pairs, watermarks, and the aggregate's one change per group per epoch.
+
+use super::Operator;
+use super::filter::Filter;
+use super::hash_agg::{AggCall, AggKind, HashAgg};
+use super::tag_keys::TagKeys;
+use super::unnest::Unnest;
+use crate::stream::testing::{Harness, Materialized, chunk, rows_text};
+use crate::stream::{Op, Watermark};
+use arrow::datatypes::{DataType, Field, Schema, SchemaRef};
+use datafusion::common::ScalarValue;
+use datafusion::logical_expr::Operator as BinaryOp;
+use datafusion::physical_expr::PhysicalExpr;
+use datafusion::physical_expr::expressions::{BinaryExpr, Column, Literal};
+use std::sync::Arc;
+
+fn kv_schema() -> SchemaRef {
+    Arc::new(Schema::new(vec![
+        Field::new("k", DataType::Int64, true),
+        Field::new("v", DataType::Int64, true),
+    ]))
+}
+
+fn kv(op: Op, k: i64, v: Option<i64>) -> (Op, Vec<ScalarValue>) {
+    (op, vec![ScalarValue::Int64(Some(k)), ScalarValue::Int64(v)])
+}
+
+fn key(k: i64) -> Vec<u8> {
+    k.to_be_bytes().to_vec()
+}
+
+#[test]
+fn filter_never_splits_an_update_pair() {
+    // v > 10 (NULL counts as false).
+    let predicate: Arc<dyn PhysicalExpr> = Arc::new(BinaryExpr::new(
+        Arc::new(Column::new("v", 1)),
+        BinaryOp::Gt,
+        Arc::new(Literal::new(ScalarValue::Int64(Some(10)))),
+    ));
+    let mut h = Harness::new(move || Ok(vec![Box::new(Filter::new(predicate.clone())) as _]));
+    let input = chunk(
+        &kv_schema(),
+        vec![
+            kv(Op::UpdateDelete, 1, Some(20)),
+            kv(Op::UpdateInsert, 1, Some(5)),
+            kv(Op::UpdateDelete, 2, Some(1)),
+            kv(Op::UpdateInsert, 2, Some(30)),
+            kv(Op::UpdateDelete, 3, Some(40)),
+            kv(Op::UpdateInsert, 3, Some(50)),
+            kv(Op::Insert, 4, None),
+        ],
+        Some(vec![key(1), key(1), key(2), key(2), key(3), key(3), key(4)]),
+    );
+    let out = h.push(0, input);
+    assert_eq!(
+        rows_text(&out),
+        vec!["- 1, 20", "+ 2, 30", "U- 3, 40", "U+ 3, 50"]
+    );
+    assert_eq!(out[0].keys, Some(vec![key(1), key(2), key(3), key(3)]));
+    // A watermark passes unchanged.
+    let w = Watermark {
+        column: 1,
+        value: ScalarValue::Int64(Some(3)),
+    };
+    assert_eq!(h.watermark(0, w.clone()).1, vec![w]);
+}
+
+#[test]
+fn tag_keys_prefixes_every_key_with_its_input() {
+    let mut h = Harness::new(|| Ok(vec![Box::new(TagKeys::new(2)) as _]));
+    let out = h.push(
+        0,
+        chunk(
+            &kv_schema(),
+            vec![kv(Op::Insert, 1, Some(1))],
+            Some(vec![key(7)]),
+        ),
+    );
+    let mut expected = vec![0xFF, 0, 2];
+    expected.extend(key(7));
+    assert_eq!(out[0].keys, Some(vec![expected]));
+    // Append-only rows stay without keys.
+    let out = h.push(
+        0,
+        chunk(&kv_schema(), vec![kv(Op::Insert, 1, Some(1))], None),
+    );
+    assert!(out[0].keys.is_none());
+}
+
+#[test]
+fn unnest_keys_each_element_and_turns_updates_into_deletes_and_inserts() {
+    let list_type = DataType::List(Arc::new(Field::new("item", DataType::Int64, true)));
+    let input = Arc::new(Schema::new(vec![
+        Field::new("k", DataType::Int64, false),
+        Field::new("l", list_type.clone(), true),
+    ]));
+    let output = Arc::new(Schema::new(vec![
+        Field::new("k", DataType::Int64, false),
+        Field::new("l", DataType::Int64, true),
+    ]));
+    let schema = output.clone();
+    let mut h = Harness::new(move || {
+        Ok(vec![
+            Box::new(Unnest::new(1, vec![0, 1], schema.clone())) as _
+        ])
+    });
+    let list = |values: &[i64]| {
+        ScalarValue::List(ScalarValue::new_list_nullable(
+            &values
+                .iter()
+                .map(|v| ScalarValue::Int64(Some(*v)))
+                .collect::<Vec<_>>(),
+            &DataType::Int64,
+        ))
+    };
+    let rows = vec![
+        (
+            Op::UpdateDelete,
+            vec![ScalarValue::Int64(Some(1)), list(&[10, 11])],
+        ),
+        (
+            Op::UpdateInsert,
+            vec![ScalarValue::Int64(Some(1)), list(&[12])],
+        ),
+    ];
+    let out = h.push(0, chunk(&input, rows, Some(vec![key(1), key(1)])));
+    assert_eq!(rows_text(&out), vec!["- 1, 10", "- 1, 11", "+ 1, 12"]);
+    let position = |p: u32| [key(1), p.to_be_bytes().to_vec()].concat();
+    assert_eq!(
+        out[0].keys,
+        Some(vec![position(0), position(1), position(0)])
+    );
+    // The key column keeps its watermark; other columns have none to keep.
+    let w = |column| Watermark {
+        column,
+        value: ScalarValue::Int64(Some(5)),
+    };
+    assert_eq!(h.watermark(0, w(0)).1, vec![w(0)]);
+}
+
+/// `SELECT k, count(*), sum(v) FROM t GROUP BY k` over a keyed input.
+fn count_sum() -> Harness {
+    let output = Arc::new(Schema::new(vec![
+        Field::new("k", DataType::Int64, true),
+        Field::new("count", DataType::Int64, false),
+        Field::new("sum", DataType::Int64, true),
+    ]));
+    Harness::new(move || {
+        let calls = vec![
+            AggCall {
+                kind: AggKind::CountStar,
+                arg: None,
+                arg_type: DataType::Null,
+                output_type: DataType::Int64,
+            },
+            AggCall {
+                kind: AggKind::Sum,
+                arg: Some(Arc::new(Column::new("v", 1))),
+                arg_type: DataType::Int64,
+                output_type: DataType::Int64,
+            },
+        ];
+        let agg = HashAgg::new(
+            vec![Arc::new(Column::new("k", 0))],
+            vec![DataType::Int64],
+            calls,
+            output.clone(),
+            vec![],
+        )?;
+        Ok(vec![Box::new(agg) as Box<dyn Operator>])
+    })
+}
+
+#[test]
+fn an_aggregate_emits_one_change_per_group_per_epoch() {
+    let mut h = count_sum();
+    let schema = kv_schema();
+    for v in 1..=5 {
+        let out = h.push(
+            0,
+            chunk(
+                &schema,
+                vec![kv(Op::Insert, 1, Some(v)), kv(Op::Insert, 2, Some(v))],
+                None,
+            ),
+        );
+        assert!(out.is_empty(), "nothing leaves before the barrier");
+    }
+    let mut out = rows_text(&h.barrier());
+    out.sort();
+    assert_eq!(out, vec!["+ 1, 5, 15", "+ 2, 5, 15"]);
+    // The next epoch: an update pair per changed group, none for a group that changed
+    // back, a delete for a group left empty.
+    h.push(0, chunk(&schema, vec![kv(Op::Insert, 1, Some(100))], None));
+    h.push(
+        0,
+        chunk(
+            &schema,
+            vec![kv(Op::Insert, 2, Some(7)), kv(Op::Delete, 2, Some(7))],
+            None,
+        ),
+    );
+    let out = h.barrier();
+    assert_eq!(rows_text(&out), vec!["U- 1, 5, 15", "U+ 1, 6, 115"]);
+}
+
+#[test]
+fn an_aggregate_resumes_from_its_checkpoint() {
+    let mut h = count_sum();
+    let mut view = Materialized::default();
+    let schema = kv_schema();
+    h.push(
+        0,
+        chunk(
+            &schema,
+            vec![kv(Op::Insert, 1, Some(1)), kv(Op::Insert, 1, Some(2))],
+            None,
+        ),
+    );
+    view.apply(&h.barrier());
+    // Lost with the crash: never checkpointed.
+    h.push(0, chunk(&schema, vec![kv(Op::Insert, 1, Some(1000))], None));
+    h.restart();
+    h.push(
+        0,
+        chunk(
+            &schema,
+            vec![kv(Op::Insert, 1, Some(3)), kv(Op::Delete, 1, Some(1))],
+            None,
+        ),
+    );
+    let out = h.barrier();
+    assert_eq!(rows_text(&out), vec!["U- 1, 2, 3", "U+ 1, 2, 5"]);
+}
