@@ -792,6 +792,15 @@ fn join_node(
         JoinType::Left => JoinKind::Left,
         JoinType::Right => JoinKind::Right,
         JoinType::Full => JoinKind::Full,
+        JoinType::LeftSemi => JoinKind::LeftSemi,
+        JoinType::RightSemi => JoinKind::RightSemi,
+        JoinType::LeftAnti | JoinType::RightAnti if join.null_aware => {
+            return Err(unsupported(
+                "NOT IN over a subquery (use NOT EXISTS, which has no NULL special case)",
+            ));
+        }
+        JoinType::LeftAnti => JoinKind::LeftAnti,
+        JoinType::RightAnti => JoinKind::RightAnti,
         other => return Err(unsupported(&format!("a {other} join"))),
     };
     let left = visit(&join.left, ctx)?.finish()?;
@@ -815,10 +824,12 @@ fn join_node(
         names[1].push(r.schema_name().to_string());
         key_types.push(left_type);
     }
+    // The extra condition reads both sides' columns (a semi join outputs only one).
+    let both = schemas[0].join(schemas[1])?;
     let filter = join
         .filter
         .as_ref()
-        .map(|f| physical(f, &join.schema))
+        .map(|f| physical(f, &both))
         .transpose()?;
     let spec = JoinSpec {
         kind,

@@ -40,6 +40,12 @@ pub enum JoinKind {
     Left,
     Right,
     Full,
+    /// The left rows that have a match (`EXISTS`, `IN`), each once.
+    LeftSemi,
+    /// The left rows that have no match (`NOT EXISTS`).
+    LeftAnti,
+    RightSemi,
+    RightAnti,
 }
 
 impl JoinKind {
@@ -47,8 +53,26 @@ impl JoinKind {
     pub fn keeps_unmatched(self, side: usize) -> bool {
         matches!(
             (self, side),
-            (JoinKind::Left | JoinKind::Full, 0) | (JoinKind::Right | JoinKind::Full, 1)
+            (JoinKind::Left | JoinKind::Full | JoinKind::LeftAnti, 0)
+                | (JoinKind::Right | JoinKind::Full | JoinKind::RightAnti, 1)
         )
+    }
+
+    /// For a semi or anti join: the side whose rows alone are emitted, and whether it is
+    /// an anti join (rows emitted while they have no match).
+    pub fn shown_alone(self) -> Option<(usize, bool)> {
+        match self {
+            JoinKind::LeftSemi => Some((0, false)),
+            JoinKind::LeftAnti => Some((0, true)),
+            JoinKind::RightSemi => Some((1, false)),
+            JoinKind::RightAnti => Some((1, true)),
+            _ => None,
+        }
+    }
+
+    /// Whether the rows of `side` count their matches: they are shown or hidden by it.
+    fn tracks_degree(self, side: usize) -> bool {
+        self.keeps_unmatched(side) || self.shown_alone().is_some_and(|(s, _)| s == side)
     }
 
     pub fn sql_name(self) -> &'static str {
@@ -57,6 +81,10 @@ impl JoinKind {
             JoinKind::Left => "left outer",
             JoinKind::Right => "right outer",
             JoinKind::Full => "full outer",
+            JoinKind::LeftSemi => "left semi",
+            JoinKind::LeftAnti => "left anti",
+            JoinKind::RightSemi => "right semi",
+            JoinKind::RightAnti => "right anti",
         }
     }
 }
@@ -76,7 +104,7 @@ pub struct JoinSpec {
     pub filter: Option<Arc<dyn PhysicalExpr>>,
     /// NULL keys match each other (`IS NOT DISTINCT FROM`), not SQL's `=`.
     pub nulls_equal: bool,
-    /// The joined row's columns.
+    /// The output's columns: both sides' (one side's for a semi or anti join).
     pub output: SchemaRef,
 }
 
@@ -95,7 +123,7 @@ pub struct HashJoin {
     key_codec: Option<RowConverter>,
     /// Per side, encodes whole rows for the state.
     row_codecs: [RowConverter; 2],
-    /// The joined row's columns, all nullable: for evaluating the extra condition.
+    /// Both sides' columns, all nullable: for evaluating the extra condition.
     candidate_schema: SchemaRef,
     sides: [SideState; 2],
 }
@@ -120,9 +148,10 @@ impl HashJoin {
         };
         let row_codecs = [row_codec(&spec.inputs[0])?, row_codec(&spec.inputs[1])?];
         let candidate_schema = Arc::new(Schema::new(
-            spec.output
+            spec.inputs[0]
                 .fields()
                 .iter()
+                .chain(spec.inputs[1].fields().iter())
                 .map(|f| Field::new(f.name(), f.data_type().clone(), true))
                 .collect::<Vec<_>>(),
         ));
@@ -224,7 +253,8 @@ impl HashJoin {
         let mut verdicts = matches.as_deref().map(|m| m.iter());
         let keeps_mine = self.spec.kind.keeps_unmatched(side);
         let keeps_theirs = self.spec.kind.keeps_unmatched(other);
-        let mut out = Output::new(side, self.output_keyed);
+        let tracks_mine = self.spec.kind.tracks_degree(side);
+        let mut out = Output::new(side, self.output_keyed, self.spec.kind.shown_alone());
         let [left, right] = &mut self.sides;
         let (mine, theirs) = if side == 0 {
             (left, right)
@@ -263,6 +293,46 @@ impl HashJoin {
             };
             if !inserting && mine.remove(join_key, &id).is_none() {
                 // A delete of a row this side never held: nothing of it was emitted.
+                continue;
+            }
+            let op = if inserting { Op::Insert } else { Op::Delete };
+            if let Some((shown, anti)) = self.spec.kind.shown_alone() {
+                if side == shown {
+                    // Shown while it has a match (semi) or while it has none (anti).
+                    if matched.is_empty() == anti {
+                        out.push(op, join_key, Some((&id, row as u32)), None);
+                    }
+                } else {
+                    // A row of the hidden side changes whether its matches are shown.
+                    for their_id in &matched {
+                        let stored = theirs
+                            .rows_of_mut(join_key)
+                            .and_then(|r| r.rows.get_mut(their_id))
+                            .expect("matched rows are stored");
+                        let before = stored.degree;
+                        stored.degree = if inserting {
+                            before + 1
+                        } else {
+                            before.saturating_sub(1)
+                        };
+                        let (was, is) = ((before > 0) != anti, (stored.degree > 0) != anti);
+                        if was != is {
+                            let their_row = out.stored_row(&stored.row);
+                            let op = if is { Op::Insert } else { Op::Delete };
+                            out.push(op, join_key, None, Some((their_id, their_row)));
+                        }
+                        theirs.touch(join_key, their_id);
+                    }
+                }
+                if inserting {
+                    let degree = if side == shown {
+                        matched.len() as u64
+                    } else {
+                        0
+                    };
+                    let row = row_bytes.as_ref().into();
+                    mine.insert(join_key, id, Entry { row, degree });
+                }
                 continue;
             }
             for their_id in &matched {
@@ -310,7 +380,7 @@ impl HashJoin {
                 );
             }
             if inserting {
-                let degree = if keeps_mine { matched.len() as u64 } else { 0 };
+                let degree = if tracks_mine { matched.len() as u64 } else { 0 };
                 mine.insert(
                     join_key,
                     id,
@@ -330,6 +400,8 @@ impl HashJoin {
 struct Output {
     side: usize,
     keyed: bool,
+    /// A semi or anti join: only this side's columns are output.
+    shown_alone: Option<usize>,
     ops: Vec<Op>,
     keys: Vec<Vec<u8>>,
     /// Per output row, the input row (`None`: NULL-padded).
@@ -340,10 +412,11 @@ struct Output {
 }
 
 impl Output {
-    fn new(side: usize, keyed: bool) -> Self {
+    fn new(side: usize, keyed: bool, shown_alone: Option<(usize, bool)>) -> Self {
         Self {
             side,
             keyed,
+            shown_alone: shown_alone.map(|(s, _)| s),
             ops: vec![],
             keys: vec![],
             mine: vec![],
@@ -408,10 +481,11 @@ impl Output {
                 .map(|c| Ok(take(c, &indices, None)?))
                 .collect::<Result<Vec<ArrayRef>>>()?
         };
-        let columns = if self.side == 0 {
-            [my_columns, their_columns].concat()
-        } else {
-            [their_columns, my_columns].concat()
+        let columns = match self.shown_alone {
+            Some(shown) if shown == self.side => my_columns,
+            Some(_) => their_columns,
+            None if self.side == 0 => [my_columns, their_columns].concat(),
+            None => [their_columns, my_columns].concat(),
         };
         let batch = RecordBatch::try_new(join.spec.output.clone(), columns)?;
         Ok(vec![StreamChunk {
