@@ -9,7 +9,9 @@
 //!
 //! Supported: sources, tables and materialized views as inputs, filters, projections,
 //! `GROUP BY` / global aggregates (`count`, `count(DISTINCT)`, `sum`, `min`, `max`, `avg`)
-//! with whatever projections and `HAVING` follow them, `UNION ALL`, unnest (`HOP`).
+//! with whatever projections and `HAVING` follow them, `UNION ALL`, unnest (`HOP`),
+//! joins (inner, outer, semi, anti: a fragment whose two inputs are hashed on the join
+//! key).
 //! Anything else is refused with SQLSTATE 0A000 naming the construct.
 
 use super::graph::{Exchange, Fragment, FragmentInput, OperatorFactory, OperatorSpec, StreamGraph};
