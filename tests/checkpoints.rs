@@ -92,6 +92,16 @@ const VIEWS: &[(&str, &str, Option<&str>, &str)] = &[
         None,
         "gen",
     ),
+    // A join over two inputs: left rows NULL-padded until their match arrives, so a
+    // crash between the two must neither lose nor repeat a retraction.
+    (
+        "gen_next",
+        "SELECT a.k, count(*) AS n, count(b.id) AS matched, sum(b.id) AS ids FROM gen a LEFT JOIN gen b ON a.id + 1 = b.id GROUP BY a.k",
+        Some(
+            "SELECT a.k, count(*) AS n, count(b.id) AS matched, sum(b.id) AS ids FROM gen a LEFT JOIN (SELECT * FROM gen) b ON a.id + 1 = b.id GROUP BY a.k",
+        ),
+        "gen",
+    ),
     (
         "gen_filtered",
         "SELECT id, k, name FROM gen WHERE id % 97 = 0",
