@@ -62,12 +62,7 @@ impl OperatorState {
 
     /// Puts (or with `None`, deletes) the state of a key.
     pub fn put_keyed(&self, batch: &mut WriteBatch, key: &[u8], value: Option<&[u8]>) {
-        let mut state_key = Vec::new();
-        encode_state_key(self.table_id, key_group_of(key), key, &mut state_key);
-        match value {
-            Some(v) => batch.put(&state_key, v),
-            None => batch.delete(&state_key),
-        }
+        self.put_in_group(batch, key_group_of(key), key, value);
     }
 
     /// Puts (or with `None`, deletes) state under `key` in key group `group`: for state
