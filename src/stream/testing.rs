@@ -105,10 +105,6 @@ impl Harness {
         }
         n
     }
-
-    pub fn chain(&mut self) -> &mut [Box<dyn Operator>] {
-        &mut self.chain
-    }
 }
 
 /// A chunk of rows given as scalars, one op each; `keys` gives each row's stream key.

@@ -165,11 +165,6 @@ impl HashJoin {
         })
     }
 
-    /// Rows held per side (for tests and the tasks table).
-    pub fn state_rows(&self) -> [usize; 2] {
-        [self.sides[0].len(), self.sides[1].len()]
-    }
-
     /// Each row's encoded join key, and whether it has a NULL (never matches).
     fn join_keys(&self, side: usize, batch: &RecordBatch) -> Result<(Vec<Bytes>, Vec<bool>)> {
         let n = batch.num_rows();

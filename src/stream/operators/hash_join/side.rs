@@ -40,7 +40,6 @@ pub struct SideState {
     keys: HashMap<Box<[u8]>, KeyRows>,
     /// `(join key, row id)` of the entries changed since the last barrier.
     dirty: HashSet<(Bytes, Bytes)>,
-    rows: usize,
 }
 
 impl SideState {
@@ -53,12 +52,9 @@ impl SideState {
     }
 
     /// How many rows the side holds.
-    pub fn len(&self) -> usize {
-        self.rows
-    }
-
-    pub fn is_empty(&self) -> bool {
-        self.rows == 0
+    #[cfg(test)]
+    fn len(&self) -> usize {
+        self.keys.values().map(|k| k.rows.len()).sum()
     }
 
     /// A fresh row id for an append-only row of `join_key`.
@@ -72,9 +68,7 @@ impl SideState {
     /// Stores a row (replacing one stored under the same id).
     pub fn insert(&mut self, join_key: &[u8], id: Box<[u8]>, entry: Entry) {
         let rows = self.keys.entry(join_key.into()).or_default();
-        if rows.rows.insert(id.clone(), entry).is_none() {
-            self.rows += 1;
-        }
+        rows.rows.insert(id.clone(), entry);
         self.dirty.insert((join_key.into(), id));
     }
 
@@ -82,7 +76,6 @@ impl SideState {
     pub fn remove(&mut self, join_key: &[u8], id: &[u8]) -> Option<Entry> {
         let rows = self.keys.get_mut(join_key)?;
         let entry = rows.rows.remove(id)?;
-        self.rows -= 1;
         self.dirty.insert((join_key.into(), id.into()));
         // An append-only key keeps its sequence (ids must not be reused); a keyed one
         // without rows is forgotten.
@@ -147,7 +140,6 @@ impl SideState {
                     degree,
                 },
             );
-            self.rows += 1;
             Ok(())
         })
     }
