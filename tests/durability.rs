@@ -84,6 +84,10 @@ async fn sigterm_shuts_down_cleanly_and_data_remains() {
     }
     let status = server.terminate();
     assert!(status.success(), "eddy exited with {status} on SIGTERM");
+    assert!(
+        !data_dir.join("eddy.pid").exists(),
+        "a clean shutdown removes the pid file"
+    );
     let server = TestServer::start_in(&data_dir);
     let client = server.connect().await;
     assert_eq!(rows(&client, "SELECT sum(a) FROM t").await, vec!["3"]);
@@ -129,6 +133,13 @@ async fn settings_come_from_a_config_file() {
     };
     let row = client.query_one("SELECT 1::INT", &[]).await.unwrap();
     assert_eq!(row.get::<_, i32>(0), 1);
+    // The pid file names the process and the address it listens on.
+    let pid_file = std::fs::read_to_string(temp.path().join("data").join("eddy.pid")).unwrap();
+    assert_eq!(
+        pid_file,
+        format!("{}\n127.0.0.1:{port}\n", child.id()),
+        "eddy.pid"
+    );
     let _ = child.kill();
     let _ = child.wait();
 }

@@ -86,6 +86,7 @@ pub async fn run(config: Config) -> anyhow::Result<()> {
         config.listen.ip(),
         listener.local_addr()?.port()
     );
+    let pid_file = write_pid_file(&config, listener.local_addr()?);
     let handlers = Arc::new(EddyHandlers::new(engine));
     let shutdown = shutdown_signal();
     tokio::pin!(shutdown);
@@ -110,8 +111,31 @@ pub async fn run(config: Config) -> anyhow::Result<()> {
             }
         }
     }
+    if let Some(path) = pid_file {
+        let _ = std::fs::remove_file(path);
+    }
     Ok(())
 }
+
+/// Writes `<data-dir>/eddy.pid` (as PostgreSQL writes `postmaster.pid`): the server's
+/// process id, then the address it listens on — the port it was given when started
+/// with port 0, which is how tests and supervisors find it.
+fn write_pid_file(config: &Config, address: std::net::SocketAddr) -> Option<std::path::PathBuf> {
+    let path = config.data_dir.join(PID_FILE);
+    let contents = format!("{}\n{address}\n", std::process::id());
+    // Written whole under another name, then renamed: a reader never sees half of it.
+    let partial = path.with_extension("pid.partial");
+    match std::fs::write(&partial, contents).and_then(|_| std::fs::rename(&partial, &path)) {
+        Ok(()) => Some(path),
+        Err(e) => {
+            tracing::warn!("cannot write {}: {e}", path.display());
+            None
+        }
+    }
+}
+
+/// The file in the data dir naming the running server's process and address.
+pub const PID_FILE: &str = "eddy.pid";
 
 /// Makes sure `root` can log in when passwords are required: its password is set from
 /// `--root-password` when given, and defaults to `root` the first time.

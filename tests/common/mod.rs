@@ -1,6 +1,6 @@
 //! Starting and stopping a real `eddy` server for a test.
 
-use std::net::{SocketAddr, TcpListener, TcpStream};
+use std::net::{SocketAddr, TcpStream};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
@@ -10,17 +10,14 @@ pub struct TestServer {
     child: Option<Child>,
     pub addr: SocketAddr,
     data_dir: PathBuf,
+    /// Where the server's stderr goes; printed when a test fails.
+    log_path: PathBuf,
     /// Keeps the temporary directory alive for as long as the server may use it.
     _temp: Option<tempfile::TempDir>,
 }
 
-fn free_port() -> u16 {
-    TcpListener::bind("127.0.0.1:0")
-        .expect("bind an ephemeral port")
-        .local_addr()
-        .unwrap()
-        .port()
-}
+/// Numbers the servers' logs (a kill loop starts several over one data dir).
+static STARTS: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
 
 impl TestServer {
     /// Starts a server on a free port with a new temporary data dir.
@@ -43,10 +40,14 @@ impl TestServer {
     }
 
     pub fn start_in_with_args(data_dir: &Path, args: &[&str]) -> Self {
-        let port = free_port();
-        let addr: SocketAddr = format!("127.0.0.1:{port}").parse().unwrap();
-        let log = std::fs::File::create(data_dir.with_extension(format!("{port}.log")))
-            .expect("create server log");
+        // Port 0: the kernel picks a free port when the server binds, and the server
+        // names it in its pid file. (Picking a port here and passing it would race with
+        // every other test starting a server.)
+        let pid_file = data_dir.join("eddy.pid");
+        let _ = std::fs::remove_file(&pid_file);
+        let start = STARTS.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        let log_path = data_dir.with_extension(format!("{start}.log"));
+        let log = std::fs::File::create(&log_path).expect("create server log");
         // Two streaming workers unless the test asks for another number.
         let workers: &[&str] = if args.contains(&"--workers") {
             &[]
@@ -55,7 +56,7 @@ impl TestServer {
         };
         let child = Command::new(env!("CARGO_BIN_EXE_eddy"))
             .arg("--listen")
-            .arg(addr.to_string())
+            .arg("127.0.0.1:0")
             .arg("--data-dir")
             .arg(data_dir)
             .args(workers)
@@ -68,19 +69,31 @@ impl TestServer {
             .expect("start eddy");
         let mut server = Self {
             child: Some(child),
-            addr,
+            addr: SocketAddr::from(([127, 0, 0, 1], 0)),
             data_dir: data_dir.to_path_buf(),
+            log_path,
             _temp: None,
         };
         server.wait_until_listening();
         server
     }
 
+    /// Waits for the server's pid file, which it writes once it listens, and takes its
+    /// address from it.
     fn wait_until_listening(&mut self) {
         // Recovery of a large checkpoint (benches) happens before the server listens.
         let deadline = Instant::now() + Duration::from_secs(600);
+        let pid_file = self.data_dir.join("eddy.pid");
         while Instant::now() < deadline {
-            if TcpStream::connect(self.addr).is_ok() {
+            if let Ok(contents) = std::fs::read_to_string(&pid_file) {
+                let mut lines = contents.lines();
+                let pid: u32 = lines.next().and_then(|p| p.parse().ok()).expect("pid");
+                assert_eq!(pid, self.pid(), "the pid file names this server");
+                self.addr = lines
+                    .next()
+                    .and_then(|a| a.parse().ok())
+                    .expect("the pid file names the address");
+                assert!(TcpStream::connect(self.addr).is_ok(), "eddy listens");
                 return;
             }
             if let Some(status) = self.child.as_mut().unwrap().try_wait().unwrap() {
@@ -91,7 +104,7 @@ impl TestServer {
             }
             std::thread::sleep(Duration::from_millis(50));
         }
-        panic!("eddy did not start listening on {} within 600 s", self.addr);
+        panic!("eddy did not start listening within 600 s");
     }
 
     /// A connection string for tokio-postgres.
@@ -151,5 +164,18 @@ impl TestServer {
 impl Drop for TestServer {
     fn drop(&mut self) {
         self.kill();
+        // The log lives in a temporary directory that a failing test deletes: show its end
+        // so that a failure in CI can be diagnosed from the test output alone.
+        if std::thread::panicking() {
+            let log = std::fs::read_to_string(&self.log_path).unwrap_or_default();
+            let lines: Vec<&str> = log.lines().collect();
+            let tail = &lines[lines.len().saturating_sub(80)..];
+            eprintln!(
+                "--- last {} lines of the server log {} ---\n{}",
+                tail.len(),
+                self.log_path.display(),
+                tail.join("\n")
+            );
+        }
     }
 }
