@@ -102,6 +102,20 @@ const VIEWS: &[(&str, &str, Option<&str>, &str)] = &[
         ),
         "gen",
     ),
+    // Top-N per partition over an append-only source (only the top rows are kept),
+    // and a global top-N over an updating aggregate (every group is kept).
+    (
+        "gen_top3",
+        "SELECT * FROM (SELECT id, k, v, ROW_NUMBER() OVER (PARTITION BY k ORDER BY v DESC, id) AS rn FROM gen) WHERE rn <= 3",
+        None,
+        "gen",
+    ),
+    (
+        "busiest_auctions",
+        "SELECT auction, count(*) AS n FROM bid GROUP BY auction ORDER BY n DESC, auction LIMIT 5",
+        None,
+        "bid",
+    ),
     (
         "gen_filtered",
         "SELECT id, k, name FROM gen WHERE id % 97 = 0",

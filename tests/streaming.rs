@@ -347,6 +347,36 @@ const NEXMARK_VIEWS: &[(&str, &str, Option<&str>)] = &[
         "SELECT window_start, count(*) AS n, max(price) AS top FROM HOP(s, date_time, INTERVAL '1' SECOND, INTERVAL '3' SECOND) GROUP BY window_start EMIT ON WINDOW CLOSE",
         Some(HOP_REFERENCE),
     ),
+    // Nexmark q19: the ten highest bids of each auction (ties broken by every other
+    // column, so that tied rows are identical and any choice among them gives the
+    // same rows).
+    (
+        "q19",
+        "SELECT * FROM (SELECT auction, bidder, price, date_time, ROW_NUMBER() OVER \
+         (PARTITION BY auction ORDER BY price DESC, date_time, bidder) AS rank_number FROM s) \
+         WHERE rank_number <= 10",
+        None,
+    ),
+    // Nexmark q18-style dedup: each bidder's last bid per auction.
+    (
+        "last_bids",
+        "SELECT auction, bidder, price, channel, date_time FROM (SELECT *, ROW_NUMBER() OVER \
+         (PARTITION BY bidder, auction ORDER BY date_time DESC, price DESC, channel) AS rn FROM s) \
+         WHERE rn = 1",
+        None,
+    ),
+    // A global top five, and a top-N over an aggregate.
+    (
+        "top_bids",
+        "SELECT auction, bidder, price, date_time FROM s \
+         ORDER BY price DESC, auction, bidder, date_time LIMIT 5",
+        None,
+    ),
+    (
+        "hot_auctions",
+        "SELECT auction, count(*) AS n FROM s GROUP BY auction ORDER BY n DESC, auction LIMIT 10 OFFSET 2",
+        None,
+    ),
 ];
 
 const TUMBLE_REFERENCE: &str = "SELECT auction, date_bin(INTERVAL '1' SECOND, date_time, TIMESTAMP '1970-01-01 00:00:00') AS window_start, \

@@ -6,6 +6,7 @@ pub mod hash_agg;
 pub mod hash_join;
 pub mod project;
 pub mod tag_keys;
+pub mod top_n;
 pub mod unnest;
 
 #[cfg(test)]

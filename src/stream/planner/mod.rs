@@ -36,6 +36,8 @@ use datafusion::logical_expr::{Expr, ExprSchemable, LogicalPlan};
 use datafusion::physical_expr::{PhysicalExpr, create_physical_expr};
 use std::sync::Arc;
 
+mod top_n;
+
 /// A stream plan before it is cut into fragments.
 enum Node {
     Connector {
@@ -56,9 +58,11 @@ enum Node {
         /// Output columns that carry a watermark.
         watermarks: Vec<usize>,
     },
-    Agg {
+    /// A stateful operator keeping its state by key (an aggregate by its group, a
+    /// top-N by its partition) behind a hash exchange on that key.
+    Keyed {
         spec: OperatorSpec,
-        /// Empty for a global aggregate (one group, one subtask).
+        /// Empty for a global aggregate or top-N (one key, one subtask).
         keys: Vec<Arc<dyn PhysicalExpr>>,
         key_types: Vec<arrow::datatypes::DataType>,
         key_names: String,
@@ -87,7 +91,7 @@ impl Node {
     fn keyed(&self) -> bool {
         match self {
             Node::Connector { .. } => false,
-            Node::Changes { .. } | Node::Agg { .. } => true,
+            Node::Changes { .. } | Node::Keyed { .. } => true,
             Node::Op { input, .. } => input.keyed(),
             Node::Union { inputs, .. } => inputs.iter().any(Node::keyed),
             Node::Join { keyed, .. } => *keyed,
@@ -103,7 +107,7 @@ impl Node {
                 .into_iter()
                 .collect(),
             Node::Op { watermarks, .. }
-            | Node::Agg { watermarks, .. }
+            | Node::Keyed { watermarks, .. }
             | Node::Union { watermarks, .. } => watermarks.clone(),
             // A stored row joined with a new one can carry any older time.
             Node::Join { .. } => vec![],
@@ -192,7 +196,7 @@ impl Partial {
                 None => agg,
             }) as Box<dyn Operator>)
         });
-        Ok(Node::Agg {
+        Ok(Node::Keyed {
             spec: OperatorSpec { describe, build },
             keys: agg.group_exprs,
             key_types: agg.group_types,
@@ -239,6 +243,33 @@ fn stateless(
         input: Box::new(input),
         watermarks,
     }
+}
+
+/// A projection of `exprs` (planned as `physical`) over `input`.
+fn project_node(
+    exprs: &[Expr],
+    input_schema: &DFSchema,
+    physical: Vec<Arc<dyn PhysicalExpr>>,
+    schema: SchemaRef,
+    input: Node,
+) -> Result<Node> {
+    let mappings = projection_watermarks(exprs, input_schema, &input.watermarks())?;
+    let watermarks = mappings.iter().map(|m| m.output).collect();
+    let project = Project::new(physical, schema).with_watermarks(mappings);
+    let describe = format!(
+        "Project({})",
+        exprs
+            .iter()
+            .map(|e| e.schema_name().to_string())
+            .collect::<Vec<_>>()
+            .join(", ")
+    );
+    Ok(stateless(
+        describe,
+        Arc::new(move || Ok(Box::new(project.clone()) as Box<dyn Operator>)),
+        input,
+        watermarks,
+    ))
 }
 
 fn filter_node(predicate: Arc<dyn PhysicalExpr>, input: Node) -> Node {
@@ -333,7 +364,7 @@ fn root_has_window_close(node: &Node) -> bool {
     match node {
         Node::Connector { .. } | Node::Changes { .. } => false,
         Node::Op { input, .. } => root_has_window_close(input),
-        Node::Agg { spec, input, .. } => {
+        Node::Keyed { spec, input, .. } => {
             spec.describe.contains("emit on window close") || root_has_window_close(input)
         }
         Node::Union { inputs, .. } => inputs.iter().any(root_has_window_close),
@@ -414,7 +445,7 @@ fn fragment_of(node: Node, fragments: &mut Vec<Fragment>, parallelism: usize) ->
             fragments[f].chain.push(spec);
             f
         }
-        Node::Agg {
+        Node::Keyed {
             spec,
             keys,
             key_types,
@@ -559,6 +590,9 @@ fn visit(plan: &LogicalPlan, ctx: &PlanContext) -> Result<Partial> {
             plain(node)
         }
         LogicalPlan::Filter(filter) => {
+            if let Some(node) = top_n::ranking_filter(filter, ctx)? {
+                return plain(node);
+            }
             let predicate = physical(&filter.predicate, filter.input.schema())?;
             Ok(match visit(&filter.input, ctx)? {
                 Partial::Agg(mut agg) => {
@@ -586,27 +620,13 @@ fn visit(plan: &LogicalPlan, ctx: &PlanContext) -> Result<Partial> {
                     ));
                     Partial::Agg(agg)
                 }
-                Partial::Node(node) => {
-                    let mappings =
-                        projection_watermarks(&projection.expr, input_schema, &node.watermarks())?;
-                    let watermarks = mappings.iter().map(|m| m.output).collect();
-                    let project = Project::new(exprs, schema).with_watermarks(mappings);
-                    let describe = format!(
-                        "Project({})",
-                        projection
-                            .expr
-                            .iter()
-                            .map(|e| e.schema_name().to_string())
-                            .collect::<Vec<_>>()
-                            .join(", ")
-                    );
-                    Partial::Node(stateless(
-                        describe,
-                        Arc::new(move || Ok(Box::new(project.clone()) as Box<dyn Operator>)),
-                        node,
-                        watermarks,
-                    ))
-                }
+                Partial::Node(node) => Partial::Node(project_node(
+                    &projection.expr,
+                    input_schema,
+                    exprs,
+                    schema,
+                    node,
+                )?),
             })
         }
         LogicalPlan::SubqueryAlias(alias) => visit(&alias.input, ctx),
@@ -643,6 +663,9 @@ fn visit(plan: &LogicalPlan, ctx: &PlanContext) -> Result<Partial> {
             ))
         }
         LogicalPlan::Aggregate(aggregate) => {
+            if let Some(node) = top_n::first_values(aggregate, ctx)? {
+                return plain(node);
+            }
             let input = visit(&aggregate.input, ctx)?.finish()?;
             let input_schema = aggregate.input.schema();
             let input_watermarks = input.watermarks();
@@ -721,8 +744,12 @@ fn visit(plan: &LogicalPlan, ctx: &PlanContext) -> Result<Partial> {
             plain(Node::Union { inputs, watermarks })
         }
         LogicalPlan::Join(join) => plain(join_node(join, ctx)?),
-        LogicalPlan::Sort(_) => Err(unsupported("ORDER BY")),
-        LogicalPlan::Limit(_) => Err(unsupported("LIMIT")),
+        // A view's rows have no order: ORDER BY matters only with a LIMIT.
+        LogicalPlan::Sort(sort) => match sort.fetch {
+            None => visit(&sort.input, ctx),
+            Some(fetch) => plain(top_n::limit_node(&sort.expr, 0, fetch, &sort.input, ctx)?),
+        },
+        LogicalPlan::Limit(limit) => plain(top_n::limit(limit, ctx)?),
         LogicalPlan::Window(_) => Err(unsupported("a window function (OVER)")),
         LogicalPlan::Distinct(_) => Err(unsupported("DISTINCT")),
         other => Err(unsupported(

@@ -1,0 +1,326 @@
+//! TopN: the first rows of each partition in a given order — `ORDER BY ... LIMIT n
+//! [OFFSET m]` in a view, and `ROW_NUMBER()`, `RANK()` or `DENSE_RANK() OVER (PARTITION
+//! BY ... ORDER BY ...)` filtered to a range of ranks (`<= n`, `= 1` for dedup).
+//!
+//! Every input row is kept in its partition in sort order ([`partitions`]), so that when
+//! a shown row is deleted the next one takes its place. An append-only input never
+//! deletes, so its partitions keep only the rows that could still be shown.
+//!
+//! Like an aggregate, a top-N emits at the barrier: a partition changed in the epoch
+//! compares the rows it showed at the epoch's start with those it shows now, and emits
+//! a delete for each row that left, an insert for each that entered, and an update for a
+//! shown row whose values (or rank, when the rank is a column) changed. An output row's
+//! stream key is its partition and its row id, so a row moving between partitions (and
+//! subtasks) is a delete of one key and an insert of another.
+
+mod partitions;
+
+use super::Operator;
+use crate::error::Result;
+use crate::state::OperatorState;
+use crate::stream::{Op, StreamChunk, Watermark};
+use arrow::array::{ArrayRef, RecordBatch, UInt64Array};
+use arrow::compute::cast;
+use arrow::datatypes::{DataType, SchemaRef};
+use arrow::row::{RowConverter, SortField};
+use datafusion::physical_expr::PhysicalExpr;
+use partitions::{Bytes, Partitions};
+use rocksdb::WriteBatch;
+use std::collections::{HashMap, HashSet};
+use std::sync::Arc;
+
+/// How rows are numbered within a partition.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum RankKind {
+    /// 1, 2, 3, ... (ties in any order).
+    RowNumber,
+    /// Ties share a rank; the next rank skips (1, 1, 3).
+    Rank,
+    /// Ties share a rank; the next rank follows (1, 1, 2).
+    DenseRank,
+}
+
+impl RankKind {
+    pub fn sql_name(self) -> &'static str {
+        match self {
+            RankKind::RowNumber => "row_number",
+            RankKind::Rank => "rank",
+            RankKind::DenseRank => "dense_rank",
+        }
+    }
+}
+
+#[derive(Clone)]
+pub struct TopNSpec {
+    /// The partition key (none: one partition, one subtask).
+    pub partition: Vec<Arc<dyn PhysicalExpr>>,
+    pub partition_types: Vec<DataType>,
+    /// The sort expressions, with their types and directions.
+    pub order: Vec<Arc<dyn PhysicalExpr>>,
+    pub order_fields: Vec<SortField>,
+    pub rank: RankKind,
+    /// The ranks shown, from 1, both ends included.
+    pub ranks: (u64, u64),
+    pub input: SchemaRef,
+    /// The input's columns, then the rank when `rank_column`.
+    pub output: SchemaRef,
+    pub rank_column: bool,
+    /// The input carries stream keys (it may delete); otherwise ids are sequences.
+    pub keyed_input: bool,
+}
+
+/// A row shown at the start of the epoch.
+struct Shown {
+    id: Bytes,
+    rank: u64,
+    row: Bytes,
+}
+
+pub struct TopN {
+    spec: TopNSpec,
+    partition_codec: Option<RowConverter>,
+    order_codec: RowConverter,
+    row_codec: RowConverter,
+    partitions: Partitions,
+    /// Partitions changed in this epoch, with the rows each showed at its start.
+    shown_before: HashMap<Bytes, Vec<Shown>>,
+}
+
+impl TopN {
+    pub fn new(spec: TopNSpec) -> Result<Self> {
+        let partition_codec = if spec.partition.is_empty() {
+            None
+        } else {
+            // Encoded as the hash exchange encodes it: the state's key group is the one
+            // the rows are routed by.
+            Some(RowConverter::new(
+                spec.partition_types
+                    .iter()
+                    .cloned()
+                    .map(SortField::new)
+                    .collect(),
+            )?)
+        };
+        let order_codec = RowConverter::new(spec.order_fields.clone())?;
+        let row_codec = RowConverter::new(
+            spec.input
+                .fields()
+                .iter()
+                .map(|f| SortField::new(f.data_type().clone()))
+                .collect(),
+        )?;
+        Ok(Self {
+            spec,
+            partition_codec,
+            order_codec,
+            row_codec,
+            partitions: Partitions::default(),
+            shown_before: HashMap::new(),
+        })
+    }
+
+    /// The rows a partition shows now, and how many of its first rows could still be
+    /// shown were nothing ever deleted (all rows up to the last one ranked in range).
+    fn shown(&self, partition: &[u8]) -> (Vec<Shown>, usize) {
+        let (low, high) = self.spec.ranks;
+        let mut shown = Vec::new();
+        let mut kept = 0;
+        let Some(p) = self.partitions.get(partition) else {
+            return (shown, kept);
+        };
+        let mut rank = 0u64;
+        let mut previous: Option<&[u8]> = None;
+        for (position, ((sort_key, id), row)) in p.rows.iter().enumerate() {
+            let tie = previous == Some(&**sort_key);
+            rank = match self.spec.rank {
+                RankKind::RowNumber => position as u64 + 1,
+                RankKind::Rank if tie => rank,
+                RankKind::Rank => position as u64 + 1,
+                RankKind::DenseRank if tie => rank,
+                RankKind::DenseRank => rank + 1,
+            };
+            if rank > high {
+                break;
+            }
+            kept = position + 1;
+            if rank >= low {
+                shown.push(Shown {
+                    id: id.clone(),
+                    rank,
+                    row: row.clone(),
+                });
+            }
+            previous = Some(sort_key);
+        }
+        (shown, kept)
+    }
+
+    fn partition_keys(&self, batch: &RecordBatch) -> Result<Vec<Bytes>> {
+        let Some(codec) = &self.partition_codec else {
+            return Ok(vec![Bytes::default(); batch.num_rows()]);
+        };
+        let columns = evaluate(&self.spec.partition, batch)?;
+        let rows = codec.convert_columns(&columns)?;
+        Ok(rows.iter().map(|r| r.as_ref().into()).collect())
+    }
+
+    /// Emits, for every partition changed in the epoch, how what it shows changed.
+    fn emit_changes(&mut self) -> Result<Vec<StreamChunk>> {
+        if self.shown_before.is_empty() {
+            return Ok(vec![]);
+        }
+        let mut out = Changes::default();
+        for (partition, before) in std::mem::take(&mut self.shown_before) {
+            let (now, _) = self.shown(&partition);
+            let mut before: HashMap<&[u8], &Shown> = before.iter().map(|s| (&*s.id, s)).collect();
+            let mut entered = Vec::new();
+            for row in &now {
+                match before.remove(&*row.id) {
+                    None => entered.push(row),
+                    Some(old) => {
+                        let rank_changed = self.spec.rank_column && old.rank != row.rank;
+                        if old.row != row.row || rank_changed {
+                            out.push(Op::UpdateDelete, &partition, old);
+                            out.push(Op::UpdateInsert, &partition, row);
+                        }
+                    }
+                }
+            }
+            for old in before.into_values() {
+                out.push(Op::Delete, &partition, old);
+            }
+            for row in entered {
+                out.push(Op::Insert, &partition, row);
+            }
+        }
+        out.finish(self)
+    }
+}
+
+fn evaluate(exprs: &[Arc<dyn PhysicalExpr>], batch: &RecordBatch) -> Result<Vec<ArrayRef>> {
+    exprs
+        .iter()
+        .map(|e| Ok(e.evaluate(batch)?.into_array(batch.num_rows())?))
+        .collect()
+}
+
+/// Output rows being collected.
+#[derive(Default)]
+struct Changes {
+    ops: Vec<Op>,
+    keys: Vec<Vec<u8>>,
+    rows: Vec<Bytes>,
+    ranks: Vec<u64>,
+}
+
+impl Changes {
+    fn push(&mut self, op: Op, partition: &[u8], row: &Shown) {
+        self.ops.push(op);
+        let mut key = Vec::with_capacity(4 + partition.len() + row.id.len());
+        key.extend_from_slice(&(partition.len() as u32).to_be_bytes());
+        key.extend_from_slice(partition);
+        key.extend_from_slice(&row.id);
+        self.keys.push(key);
+        self.rows.push(row.row.clone());
+        self.ranks.push(row.rank);
+    }
+
+    fn finish(self, top_n: &TopN) -> Result<Vec<StreamChunk>> {
+        if self.ops.is_empty() {
+            return Ok(vec![]);
+        }
+        let parser = top_n.row_codec.parser();
+        let mut columns = top_n
+            .row_codec
+            .convert_rows(self.rows.iter().map(|r| parser.parse(r)))?;
+        if top_n.spec.rank_column {
+            let ranks: ArrayRef = Arc::new(UInt64Array::from(self.ranks));
+            let field = top_n.spec.output.fields().last().expect("the rank column");
+            columns.push(cast(&ranks, field.data_type())?);
+        }
+        let batch = RecordBatch::try_new(top_n.spec.output.clone(), columns)?;
+        Ok(vec![StreamChunk {
+            ops: self.ops,
+            batch,
+            keys: Some(self.keys),
+        }])
+    }
+}
+
+impl Operator for TopN {
+    fn name(&self) -> &'static str {
+        "TopN"
+    }
+
+    fn process(&mut self, chunk: StreamChunk) -> Result<Vec<StreamChunk>> {
+        let batch = &chunk.batch;
+        let partition_keys = self.partition_keys(batch)?;
+        let sort_keys = self
+            .order_codec
+            .convert_columns(&evaluate(&self.spec.order, batch)?)?;
+        let rows = self.row_codec.convert_columns(batch.columns())?;
+        let mut touched: HashSet<&[u8]> = HashSet::new();
+        for (i, partition) in partition_keys.iter().enumerate() {
+            if !self.shown_before.contains_key(partition) {
+                let (shown, _) = self.shown(partition);
+                self.shown_before.insert(partition.clone(), shown);
+            }
+            let sort_key: Bytes = sort_keys.row(i).as_ref().into();
+            let row = rows.row(i);
+            if chunk.ops[i].is_insert() {
+                let id = match &chunk.keys {
+                    Some(keys) => keys[i].as_slice().into(),
+                    None => self.partitions.next_id(partition),
+                };
+                self.partitions
+                    .insert(partition, (sort_key, id), row.as_ref().into());
+            } else {
+                let position = match &chunk.keys {
+                    Some(keys) => Some((sort_key, keys[i].as_slice().into())),
+                    None => self.partitions.find(partition, &sort_key, row.as_ref()),
+                };
+                if let Some(position) = position {
+                    self.partitions.remove(partition, &position);
+                }
+            }
+            if !self.spec.keyed_input {
+                touched.insert(partition);
+            }
+        }
+        // An append-only input never brings back a row pushed out of range.
+        for partition in touched {
+            let (_, kept) = self.shown(partition);
+            self.partitions.truncate(partition, kept);
+        }
+        Ok(vec![])
+    }
+
+    /// Rows are emitted as they were, after reordering: no watermark holds for them.
+    fn on_watermark(&mut self, _watermark: Watermark) -> Result<super::WatermarkOutput> {
+        Ok((vec![], vec![]))
+    }
+
+    fn on_barrier(&mut self) -> Result<Vec<StreamChunk>> {
+        self.emit_changes()
+    }
+
+    fn finish(&mut self) -> Result<Vec<StreamChunk>> {
+        self.emit_changes()
+    }
+
+    fn state_tables(&self) -> usize {
+        1
+    }
+
+    fn checkpoint(&mut self, tables: &[OperatorState], batch: &mut WriteBatch) -> Result<()> {
+        self.partitions.checkpoint(&tables[0], batch);
+        Ok(())
+    }
+
+    fn restore(&mut self, tables: &[OperatorState]) -> Result<()> {
+        self.partitions.restore(&tables[0])
+    }
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,333 @@
+//! Planning the queries a [`TopN`] computes, from the shapes DataFusion gives them:
+//!
+//! - `ORDER BY ... LIMIT n [OFFSET m]`: a `Limit` over a `Sort`, or a `Sort` with a fetch;
+//! - `ROW_NUMBER()`, `RANK()` or `DENSE_RANK() OVER (PARTITION BY ... ORDER BY ...)`
+//!   under a filter that bounds it (`<= n`, `< n`, `= n`, with lower bounds too): a
+//!   `Filter` over the `Window` node, perhaps through projections of plain columns;
+//! - `DISTINCT ON (...) ... ORDER BY ...` (and `first_value(x ORDER BY ...)` per group),
+//!   which DataFusion turns into an aggregate of `first_value`s sharing one order: the
+//!   first row of each group.
+//!
+//! A top-N keeps its state by partition, behind a hash exchange on the partition key
+//! (a single subtask without one), like an aggregate.
+
+use super::{Node, PlanContext, filter_node, physical, project_node, unsupported, visit};
+use crate::error::Result;
+use crate::stream::graph::{OperatorFactory, OperatorSpec};
+use crate::stream::operators::Operator;
+use crate::stream::operators::top_n::{RankKind, TopN, TopNSpec};
+use arrow::compute::SortOptions;
+use arrow::datatypes::{DataType, SchemaRef};
+use arrow::row::SortField;
+use datafusion::common::ScalarValue;
+use datafusion::logical_expr::logical_plan::{Aggregate, Filter, Limit};
+use datafusion::logical_expr::utils::{conjunction, split_conjunction};
+use datafusion::logical_expr::{
+    BinaryExpr, Expr, ExprSchemable, FetchType, LogicalPlan, Operator as BinaryOp, SkipType,
+    SortExpr,
+};
+use std::sync::Arc;
+
+/// What a top-N computes, before its input is planned.
+struct TopNParts<'a> {
+    partition: &'a [Expr],
+    order: &'a [SortExpr],
+    rank: RankKind,
+    ranks: (u64, u64),
+    /// The rank is the output's last column.
+    rank_column: bool,
+}
+
+/// `LIMIT` (with `OFFSET`) over an `ORDER BY`.
+pub(super) fn limit(limit: &Limit, ctx: &PlanContext) -> Result<Node> {
+    let (SkipType::Literal(skip), FetchType::Literal(fetch)) =
+        (limit.get_skip_type()?, limit.get_fetch_type()?)
+    else {
+        return Err(unsupported("LIMIT or OFFSET with a non-constant count"));
+    };
+    let LogicalPlan::Sort(sort) = limit.input.as_ref() else {
+        return Err(unsupported("LIMIT without ORDER BY"));
+    };
+    let Some(fetch) = fetch else {
+        return Err(unsupported("OFFSET without LIMIT"));
+    };
+    limit_node(&sort.expr, skip, fetch, &sort.input, ctx)
+}
+
+/// The rows `skip + 1 ..= skip + fetch` of `input` in the order `sort`.
+pub(super) fn limit_node(
+    sort: &[SortExpr],
+    skip: usize,
+    fetch: usize,
+    input: &LogicalPlan,
+    ctx: &PlanContext,
+) -> Result<Node> {
+    let parts = TopNParts {
+        partition: &[],
+        order: sort,
+        rank: RankKind::RowNumber,
+        ranks: (skip as u64 + 1, skip as u64 + fetch as u64),
+        rank_column: false,
+    };
+    top_n_node(
+        parts,
+        input,
+        Arc::new(input.schema().as_arrow().clone()),
+        ctx,
+    )
+}
+
+/// A filter that bounds a ranking window function: the top-N it asks for, then the
+/// projections between the two and what is left of the filter. `None` when the filter
+/// is not over such a function, or leaves its rank unbounded.
+pub(super) fn ranking_filter(filter: &Filter, ctx: &PlanContext) -> Result<Option<Node>> {
+    // Projections of plain columns may sit between the filter and the window.
+    let mut projections = Vec::new();
+    let mut plan = filter.input.as_ref();
+    loop {
+        match plan {
+            LogicalPlan::Projection(p) if p.expr.iter().all(is_column) => {
+                projections.push(p);
+                plan = &p.input;
+            }
+            LogicalPlan::SubqueryAlias(a) => plan = &a.input,
+            _ => break,
+        }
+    }
+    let LogicalPlan::Window(window) = plan else {
+        return Ok(None);
+    };
+    let [window_expr] = window.window_expr.as_slice() else {
+        return Ok(None);
+    };
+    let Expr::WindowFunction(function) = unalias(window_expr) else {
+        return Ok(None);
+    };
+    let rank = match function.fun.name() {
+        "row_number" => RankKind::RowNumber,
+        "rank" => RankKind::Rank,
+        "dense_rank" => RankKind::DenseRank,
+        _ => return Ok(None),
+    };
+    let rank_name = window_expr.schema_name().to_string();
+    let (mut low, mut high) = (1u64, u64::MAX);
+    let mut rest = Vec::new();
+    for conjunct in split_conjunction(&filter.predicate) {
+        match rank_bound(conjunct, &rank_name) {
+            Some((op, value)) => match op {
+                BinaryOp::Lt => high = high.min(value.saturating_sub(1)),
+                BinaryOp::LtEq => high = high.min(value),
+                BinaryOp::Eq => {
+                    low = low.max(value);
+                    high = high.min(value);
+                }
+                BinaryOp::Gt => low = low.max(value.saturating_add(1)),
+                BinaryOp::GtEq => low = low.max(value),
+                _ => rest.push(conjunct.clone()),
+            },
+            None => rest.push(conjunct.clone()),
+        }
+    }
+    if high == u64::MAX {
+        // Every row would have to be shown and renumbered: not a top-N.
+        return Ok(None);
+    }
+    let params = &function.params;
+    let parts = TopNParts {
+        partition: &params.partition_by,
+        order: &params.order_by,
+        rank,
+        ranks: (low, high),
+        rank_column: true,
+    };
+    let mut node = top_n_node(
+        parts,
+        &window.input,
+        Arc::new(window.schema.as_arrow().clone()),
+        ctx,
+    )?;
+    for p in projections.iter().rev() {
+        let input_schema = p.input.schema();
+        let exprs = p
+            .expr
+            .iter()
+            .map(|e| physical(e, input_schema))
+            .collect::<Result<Vec<_>>>()?;
+        let schema = Arc::new(p.schema.as_arrow().clone());
+        node = project_node(&p.expr, input_schema, exprs, schema, node)?;
+    }
+    if let Some(rest) = conjunction(rest) {
+        node = filter_node(physical(&rest, filter.input.schema())?, node);
+    }
+    Ok(Some(node))
+}
+
+/// An aggregate of only `first_value`s sharing one `ORDER BY` (what `DISTINCT ON`
+/// becomes): the first row of each group, projected to the group keys and the values.
+pub(super) fn first_values(aggregate: &Aggregate, ctx: &PlanContext) -> Result<Option<Node>> {
+    let mut order: Option<&[SortExpr]> = None;
+    let mut values = Vec::new();
+    for e in &aggregate.aggr_expr {
+        let Expr::AggregateFunction(f) = unalias(e) else {
+            return Ok(None);
+        };
+        let p = &f.params;
+        let [arg] = p.args.as_slice() else {
+            return Ok(None);
+        };
+        if f.func.name() != "first_value"
+            || p.distinct
+            || p.filter.is_some()
+            || p.order_by.is_empty()
+            || order.is_some_and(|o| o != p.order_by.as_slice())
+        {
+            return Ok(None);
+        }
+        order = Some(&p.order_by);
+        values.push(arg.clone());
+    }
+    let Some(order) = order else {
+        return Ok(None);
+    };
+    let parts = TopNParts {
+        partition: &aggregate.group_expr,
+        order,
+        rank: RankKind::RowNumber,
+        ranks: (1, 1),
+        rank_column: false,
+    };
+    let input_schema = aggregate.input.schema();
+    let node = top_n_node(
+        parts,
+        &aggregate.input,
+        Arc::new(input_schema.as_arrow().clone()),
+        ctx,
+    )?;
+    let exprs: Vec<Expr> = aggregate.group_expr.iter().cloned().chain(values).collect();
+    let physical_exprs = exprs
+        .iter()
+        .map(|e| physical(e, input_schema))
+        .collect::<Result<Vec<_>>>()?;
+    let schema = Arc::new(aggregate.schema.as_arrow().clone());
+    Ok(Some(project_node(
+        &exprs,
+        input_schema,
+        physical_exprs,
+        schema,
+        node,
+    )?))
+}
+
+fn top_n_node(
+    parts: TopNParts,
+    input_plan: &LogicalPlan,
+    output: SchemaRef,
+    ctx: &PlanContext,
+) -> Result<Node> {
+    if parts.order.is_empty() {
+        return Err(unsupported(&format!(
+            "{}() without ORDER BY",
+            parts.rank.sql_name()
+        )));
+    }
+    let input = visit(input_plan, ctx)?.finish()?;
+    let schema = input_plan.schema();
+    let partition = parts
+        .partition
+        .iter()
+        .map(|e| physical(e, schema))
+        .collect::<Result<Vec<_>>>()?;
+    let partition_types = parts
+        .partition
+        .iter()
+        .map(|e| Ok(e.get_type(schema)?))
+        .collect::<Result<Vec<DataType>>>()?;
+    let order = parts
+        .order
+        .iter()
+        .map(|s| physical(&s.expr, schema))
+        .collect::<Result<Vec<_>>>()?;
+    let order_fields = parts
+        .order
+        .iter()
+        .map(|s| {
+            let options = SortOptions {
+                descending: !s.asc,
+                nulls_first: s.nulls_first,
+            };
+            Ok(SortField::new_with_options(
+                s.expr.get_type(schema)?,
+                options,
+            ))
+        })
+        .collect::<Result<Vec<_>>>()?;
+    let partition_names: Vec<String> = parts
+        .partition
+        .iter()
+        .map(|e| e.schema_name().to_string())
+        .collect();
+    let order_names: Vec<String> = parts.order.iter().map(|s| s.to_string()).collect();
+    let (low, high) = parts.ranks;
+    let describe = format!(
+        "TopN({}order: [{}], {} {low}..={high})",
+        if partition_names.is_empty() {
+            String::new()
+        } else {
+            format!("partition: [{}], ", partition_names.join(", "))
+        },
+        order_names.join(", "),
+        parts.rank.sql_name(),
+    );
+    let spec = TopNSpec {
+        partition: partition.clone(),
+        partition_types: partition_types.clone(),
+        order,
+        order_fields,
+        rank: parts.rank,
+        ranks: parts.ranks,
+        input: Arc::new(schema.as_arrow().clone()),
+        output,
+        rank_column: parts.rank_column,
+        keyed_input: input.keyed(),
+    };
+    let build: OperatorFactory =
+        Arc::new(move || Ok(Box::new(TopN::new(spec.clone())?) as Box<dyn Operator>));
+    Ok(Node::Keyed {
+        spec: OperatorSpec { describe, build },
+        keys: partition,
+        key_types: partition_types,
+        key_names: partition_names.join(", "),
+        input: Box::new(input),
+        watermarks: vec![],
+    })
+}
+
+fn unalias(expr: &Expr) -> &Expr {
+    match expr {
+        Expr::Alias(a) => unalias(&a.expr),
+        e => e,
+    }
+}
+
+fn is_column(expr: &Expr) -> bool {
+    matches!(unalias(expr), Expr::Column(_))
+}
+
+/// `rank <op> n` (or `n <op> rank`) as `(op, n)` with the rank on the left.
+fn rank_bound(expr: &Expr, rank_name: &str) -> Option<(BinaryOp, u64)> {
+    let Expr::BinaryExpr(BinaryExpr { left, op, right }) = expr else {
+        return None;
+    };
+    let is_rank = |e: &Expr| matches!(unalias(e), Expr::Column(c) if c.name == rank_name);
+    let (op, value) = match (left.as_ref(), right.as_ref()) {
+        (l, Expr::Literal(v, _)) if is_rank(l) => (*op, v),
+        (Expr::Literal(v, _), r) if is_rank(r) => (op.swap()?, v),
+        _ => return None,
+    };
+    // A bound below 1 admits no rank (`rank < 0`), one past u64 none either.
+    let value = match value.cast_to(&DataType::Int64).ok()? {
+        ScalarValue::Int64(Some(v)) => v.max(0) as u64,
+        _ => return None,
+    };
+    Some((op, value))
+}
