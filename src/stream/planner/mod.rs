@@ -36,6 +36,7 @@ use datafusion::logical_expr::{Expr, ExprSchemable, LogicalPlan};
 use datafusion::physical_expr::{PhysicalExpr, create_physical_expr};
 use std::sync::Arc;
 
+mod not_in;
 mod top_n;
 
 /// A stream plan before it is cut into fragments.
@@ -823,10 +824,9 @@ fn join_node(
         JoinType::Full => JoinKind::Full,
         JoinType::LeftSemi => JoinKind::LeftSemi,
         JoinType::RightSemi => JoinKind::RightSemi,
-        JoinType::LeftAnti | JoinType::RightAnti if join.null_aware => {
-            return Err(unsupported(
-                "NOT IN over a subquery (use NOT EXISTS, which has no NULL special case)",
-            ));
+        JoinType::LeftAnti if join.null_aware => return not_in::null_aware_anti_join(join, ctx),
+        JoinType::RightAnti if join.null_aware => {
+            return Err(unsupported("a right null-aware anti join"));
         }
         JoinType::LeftAnti => JoinKind::LeftAnti,
         JoinType::RightAnti => JoinKind::RightAnti,
