@@ -347,6 +347,14 @@ const NEXMARK_VIEWS: &[(&str, &str, Option<&str>)] = &[
         "SELECT window_start, count(*) AS n, max(price) AS top FROM HOP(s, date_time, INTERVAL '1' SECOND, INTERVAL '3' SECOND) GROUP BY window_start EMIT ON WINDOW CLOSE",
         Some(HOP_REFERENCE),
     ),
+    // The same windows in Flink's syntax, emitted on close.
+    (
+        "windowed_flink",
+        "SELECT auction, window_start, window_end, count(*) AS n \
+         FROM TABLE(TUMBLE(TABLE s, DESCRIPTOR(date_time), INTERVAL '1' SECOND)) \
+         GROUP BY auction, window_start, window_end EMIT ON WINDOW CLOSE",
+        Some(TUMBLE_REFERENCE),
+    ),
     // Nexmark q19: the ten highest bids of each auction (ties broken by every other
     // column, so that tied rows are identical and any choice among them gives the
     // same rows).

@@ -57,6 +57,9 @@ pub fn register(ctx: &SessionContext) {
     ctx.register_udf(ScalarUDF::new_from_impl(HopWindowStarts {
         signature: Signature::variadic_any(Volatility::Immutable),
     }));
+    ctx.register_udf(ScalarUDF::new_from_impl(PgTypeof {
+        signature: Signature::any(1, Volatility::Immutable),
+    }));
     ctx.register_udf(ScalarUDF::new_from_impl(JsonBuildObject {
         signature: Signature::variadic_any(Volatility::Stable),
     }));
@@ -127,6 +130,45 @@ fn constant_text(name: &str, value: &'static str) -> datafusion::logical_expr::S
 
 /// `json_build_object(key, value, ...)`: a JSON object text from alternating keys and
 /// values (SQLAlchemy's column reflection asks for it).
+/// `pg_typeof(x)`: the name of the argument's type as PostgreSQL prints a `regtype`
+/// (`integer`, `character varying`, `numeric`: without a type modifier).
+#[derive(Debug, PartialEq, Eq, Hash)]
+struct PgTypeof {
+    signature: Signature,
+}
+
+impl ScalarUDFImpl for PgTypeof {
+    fn name(&self) -> &str {
+        "pg_typeof"
+    }
+
+    fn signature(&self) -> &Signature {
+        &self.signature
+    }
+
+    fn return_type(&self, _args: &[DataType]) -> datafusion::common::Result<DataType> {
+        Ok(DataType::Utf8)
+    }
+
+    fn invoke_with_args(
+        &self,
+        args: ScalarFunctionArgs,
+    ) -> datafusion::common::Result<ColumnarValue> {
+        let name = match args.arg_fields.first() {
+            Some(field) if field.data_type() == &DataType::Null => "unknown".to_string(),
+            Some(field) => {
+                let name = crate::catalog::types::SqlType::from_arrow(field).pg_name();
+                match name.split_once('(') {
+                    Some((base, _)) => base.to_string(),
+                    None => name,
+                }
+            }
+            None => return datafusion::common::plan_err!("pg_typeof takes one argument"),
+        };
+        Ok(ColumnarValue::Scalar(ScalarValue::Utf8(Some(name))))
+    }
+}
+
 #[derive(Debug, PartialEq, Eq, Hash)]
 struct JsonBuildObject {
     signature: Signature,

@@ -13,6 +13,7 @@ mod copy;
 mod ddl;
 pub mod drop;
 mod failover;
+mod flink_windows;
 mod functions;
 pub mod materialized_views;
 mod pg_semantics;
@@ -226,6 +227,8 @@ impl Engine {
     pub fn parse(&self, sql: &str) -> Result<Vec<Statement>> {
         let replaced = client_queries::replacement(sql);
         let sql = replaced.as_deref().unwrap_or(sql);
+        let flink = flink_windows::rewrite(sql)?;
+        let sql = flink.as_deref().unwrap_or(sql);
         let mut statements = self
             .parser
             .parse(sql)

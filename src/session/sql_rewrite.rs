@@ -32,6 +32,8 @@ use datafusion::sql::sqlparser::dialect::{DuckDbDialect, PostgreSqlDialect};
 use datafusion::sql::sqlparser::parser::Parser;
 use std::ops::ControlFlow;
 
+use super::flink_windows::{FLINK_HOP, FLINK_TUMBLE};
+
 pub fn rewrite(statement: &mut Statement) {
     let _ = statement.visit(&mut ArraySubquery);
     let _ = statement.visit(&mut CatalogScalarSubquery);
@@ -368,7 +370,31 @@ impl VisitorMut for WindowFunctions {
             _ => return ControlFlow::Continue(()),
         };
         let function = name.to_string().to_ascii_lowercase();
-        let (relation, sql) = match (function.as_str(), args.as_slice()) {
+        // Flink's form (see `flink_windows`) also has `window_time`: the end less 1 ms.
+        let window_time = if function == FLINK_TUMBLE || function == FLINK_HOP {
+            ", window_end - INTERVAL '1' MILLISECOND AS window_time"
+        } else {
+            ""
+        };
+        let function = match function.as_str() {
+            FLINK_TUMBLE => "tumble",
+            FLINK_HOP => "hop",
+            other => other,
+        };
+        let (relation, sql) = match (function, args.as_slice()) {
+            ("tumble", [relation, time, size, rest @ ..])
+                if rest.len() <= 1 && !window_time.is_empty() =>
+            {
+                let origin = match rest.first() {
+                    Some(o) => format!("(TIMESTAMP '1970-01-01 00:00:00' + {o})"),
+                    None => "TIMESTAMP '1970-01-01 00:00:00'".to_string(),
+                };
+                let start = format!("date_bin({size}, {time}, {origin})");
+                let sql = format!(
+                    "SELECT *{window_time} FROM (SELECT *, {start} AS window_start, {start} + {size} AS window_end FROM {relation}) AS tumble_inner"
+                );
+                (relation, sql)
+            }
             ("tumble", [relation, time, size, rest @ ..]) if rest.len() <= 1 => {
                 let origin = match rest.first() {
                     Some(o) => format!("(TIMESTAMP '1970-01-01 00:00:00' + {o})"),
@@ -383,8 +409,9 @@ impl VisitorMut for WindowFunctions {
             ("hop", [relation, time, slide, size, rest @ ..]) if rest.len() <= 1 => {
                 let offset = rest.first().map(|o| format!(", {o}")).unwrap_or_default();
                 let sql = format!(
-                    "SELECT *, window_start + {size} AS window_end FROM \
-                     (SELECT *, unnest(hop_window_starts({time}, {slide}, {size}{offset})) AS window_start FROM {relation}) AS hop_inner"
+                    "SELECT *, window_start + {size} AS window_end{} FROM \
+                     (SELECT *, unnest(hop_window_starts({time}, {slide}, {size}{offset})) AS window_start FROM {relation}) AS hop_inner",
+                    window_time.replace("window_end", &format!("(window_start + {size})"))
                 );
                 (relation, sql)
             }

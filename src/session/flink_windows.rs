@@ -1,0 +1,234 @@
+//! Flink's windowing table-valued functions, so that Flink SQL runs unchanged:
+//!
+//! ```sql
+//! FROM TABLE(TUMBLE(TABLE bid, DESCRIPTOR(date_time), INTERVAL '10' SECOND))
+//! FROM TABLE(HOP(TABLE bid, DESCRIPTOR(date_time), INTERVAL '5' SECOND, INTERVAL '10' SECOND))
+//! ```
+//!
+//! sqlparser cannot parse `TABLE t` or `DESCRIPTOR(c)` as function arguments, so the
+//! call is rewritten on the token stream, before parsing, into the window function
+//! Eddy plans (RisingWave's form, `TUMBLE(bid, date_time, INTERVAL '10' SECOND)`), under
+//! a name that also adds Flink's `window_time` column (the window's end less a
+//! millisecond). Working on tokens leaves strings, comments and quoted names as they
+//! were. `CUMULATE` and `SESSION` are recognised and refused, as not supported yet.
+
+use crate::error::{EddyError, Result};
+use datafusion::sql::sqlparser::dialect::PostgreSqlDialect;
+use datafusion::sql::sqlparser::tokenizer::{Token, Tokenizer, Whitespace};
+
+/// The window function a Flink `TUMBLE` becomes (planned by `sql_rewrite`).
+pub const FLINK_TUMBLE: &str = "__eddy_flink_tumble";
+/// The window function a Flink `HOP` becomes.
+pub const FLINK_HOP: &str = "__eddy_flink_hop";
+
+/// The statement with each Flink window call rewritten, or `None` when it has none (or
+/// does not tokenize: the parser then reports the error).
+pub fn rewrite(sql: &str) -> Result<Option<String>> {
+    if !sql.to_ascii_uppercase().contains("DESCRIPTOR") {
+        return Ok(None);
+    }
+    let Ok(tokens) = Tokenizer::new(&PostgreSqlDialect {}, sql).tokenize() else {
+        return Ok(None);
+    };
+    let mut out: Vec<Token> = Vec::with_capacity(tokens.len());
+    let mut i = 0;
+    let mut changed = false;
+    while i < tokens.len() {
+        let call = match &tokens[i] {
+            Token::Word(_) => window_call(&tokens, i)?,
+            _ => None,
+        };
+        match call {
+            Some((replacement, end)) => {
+                out.extend(replacement);
+                i = end;
+                changed = true;
+            }
+            None => {
+                out.push(tokens[i].clone());
+                i += 1;
+            }
+        }
+    }
+    Ok(changed.then(|| out.iter().map(Token::to_string).collect()))
+}
+
+/// Reads tokens past whitespace.
+struct Cursor<'a> {
+    tokens: &'a [Token],
+    at: usize,
+}
+
+impl<'a> Cursor<'a> {
+    /// The next significant token, consumed.
+    fn next(&mut self) -> Option<&'a Token> {
+        while let Some(t) = self.tokens.get(self.at) {
+            self.at += 1;
+            if !matches!(t, Token::Whitespace(_)) {
+                return Some(t);
+            }
+        }
+        None
+    }
+
+    fn peek(&self) -> Option<&'a Token> {
+        self.tokens[self.at..]
+            .iter()
+            .find(|t| !matches!(t, Token::Whitespace(_)))
+    }
+
+    fn word(&mut self, expected: &str) -> bool {
+        matches!(self.next(), Some(Token::Word(w)) if w.quote_style.is_none() && w.value.eq_ignore_ascii_case(expected))
+    }
+
+    fn token(&mut self, expected: &Token) -> bool {
+        self.next() == Some(expected)
+    }
+
+    /// Tokens up to (not including) a `,` or `)` outside parentheses, or a word `stop`.
+    fn until_separator(&mut self, stop: Option<&str>) -> Vec<Token> {
+        let mut depth = 0usize;
+        let mut taken = Vec::new();
+        while let Some(t) = self.tokens.get(self.at) {
+            match t {
+                Token::Comma | Token::RParen if depth == 0 => break,
+                Token::Word(w)
+                    if depth == 0
+                        && w.quote_style.is_none()
+                        && stop.is_some_and(|s| w.value.eq_ignore_ascii_case(s)) =>
+                {
+                    break;
+                }
+                Token::LParen => depth += 1,
+                Token::RParen => depth -= 1,
+                _ => {}
+            }
+            taken.push(t.clone());
+            self.at += 1;
+        }
+        taken
+    }
+}
+
+/// A Flink window call starting at `start` (`TABLE(<fn>(TABLE ...`): its replacement and
+/// the index after it.
+fn window_call(tokens: &[Token], start: usize) -> Result<Option<(Vec<Token>, usize)>> {
+    let mut c = Cursor { tokens, at: start };
+    let is_word = |t: Option<&Token>, w: &str| matches!(t, Some(Token::Word(x)) if x.quote_style.is_none() && x.value.eq_ignore_ascii_case(w));
+    if !is_word(c.next(), "TABLE") || !c.token(&Token::LParen) {
+        return Ok(None);
+    }
+    let function = match c.next() {
+        Some(Token::Word(w)) if w.quote_style.is_none() => w.value.to_ascii_uppercase(),
+        _ => return Ok(None),
+    };
+    if !matches!(function.as_str(), "TUMBLE" | "HOP" | "CUMULATE" | "SESSION")
+        || !c.token(&Token::LParen)
+        || !is_word(c.peek(), "TABLE")
+    {
+        return Ok(None);
+    }
+    c.next();
+    let malformed = || {
+        EddyError::syntax(format!(
+            "{function} expects (TABLE <relation>, DESCRIPTOR(<time column>), <interval>, ...)"
+        ))
+    };
+    let relation = c.until_separator(Some("PARTITION"));
+    if is_word(c.peek(), "PARTITION") || function == "SESSION" || function == "CUMULATE" {
+        return Err(EddyError::not_supported(format!(
+            "{function} windows are not supported yet"
+        )));
+    }
+    if !c.token(&Token::Comma) || !c.word("DESCRIPTOR") || !c.token(&Token::LParen) {
+        return Err(malformed());
+    }
+    let column = c.until_separator(None);
+    if !c.token(&Token::RParen) {
+        return Err(malformed());
+    }
+    let mut arguments = Vec::new();
+    while c.peek() == Some(&Token::Comma) {
+        c.next();
+        arguments.push(c.until_separator(None));
+    }
+    if !c.token(&Token::RParen) || !c.token(&Token::RParen) {
+        return Err(malformed());
+    }
+    let name = if function == "TUMBLE" {
+        FLINK_TUMBLE
+    } else {
+        FLINK_HOP
+    };
+    let mut out = vec![Token::make_word(name, None), Token::LParen];
+    for (i, part) in [relation, column].into_iter().chain(arguments).enumerate() {
+        if i > 0 {
+            out.extend([Token::Comma, Token::Whitespace(Whitespace::Space)]);
+        }
+        out.extend(trim(part));
+    }
+    out.push(Token::RParen);
+    Ok(Some((out, c.at)))
+}
+
+/// A part without its leading and trailing whitespace.
+fn trim(mut part: Vec<Token>) -> Vec<Token> {
+    while matches!(part.last(), Some(Token::Whitespace(_))) {
+        part.pop();
+    }
+    let first = part
+        .iter()
+        .position(|t| !matches!(t, Token::Whitespace(_)))
+        .unwrap_or(part.len());
+    part.split_off(first)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn flink_calls_become_window_functions() {
+        let sql = "SELECT window_start, count(*) FROM TABLE(\n  TUMBLE(TABLE bid, DESCRIPTOR(date_time), INTERVAL '10' SECOND)) GROUP BY 1";
+        assert_eq!(
+            rewrite(sql).unwrap().unwrap(),
+            "SELECT window_start, count(*) FROM __eddy_flink_tumble(bid, date_time, INTERVAL '10' SECOND) GROUP BY 1"
+        );
+        let sql = "select * from table(hop(table s.bid, descriptor(\"ts\"), interval '2' second, interval '4' second)) as w";
+        assert_eq!(
+            rewrite(sql).unwrap().unwrap(),
+            "select * from __eddy_flink_hop(s.bid, \"ts\", interval '2' second, interval '4' second) as w"
+        );
+    }
+
+    #[test]
+    fn other_statements_are_left_alone() {
+        assert_eq!(
+            rewrite("SELECT 'TABLE(TUMBLE(TABLE x' AS descriptor").unwrap(),
+            None
+        );
+        assert_eq!(rewrite("SELECT 1").unwrap(), None);
+        assert_eq!(
+            rewrite("SELECT * FROM TUMBLE(bid, date_time, INTERVAL '1' SECOND)").unwrap(),
+            None
+        );
+    }
+
+    #[test]
+    fn unsupported_and_malformed_calls_are_errors() {
+        let session = "SELECT * FROM TABLE(SESSION(TABLE bid PARTITION BY bidder, DESCRIPTOR(date_time), INTERVAL '10' SECOND))";
+        assert!(
+            rewrite(session)
+                .unwrap_err()
+                .to_string()
+                .contains("SESSION windows are not supported")
+        );
+        let malformed = "SELECT * FROM TABLE(TUMBLE(TABLE bid DESCRIPTOR(date_time)))";
+        assert!(
+            rewrite(malformed)
+                .unwrap_err()
+                .to_string()
+                .contains("TUMBLE expects (TABLE <relation>, DESCRIPTOR(<time column>)")
+        );
+    }
+}
