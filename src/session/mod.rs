@@ -141,7 +141,11 @@ impl Engine {
             .with_default_catalog_and_schema(DATABASE_NAME, DEFAULT_SCHEMA)
             .with_create_default_catalog_and_schema(true)
             .with_information_schema(true)
-            .set_str("datafusion.sql_parser.dialect", "PostgreSQL");
+            .set_str("datafusion.sql_parser.dialect", "PostgreSQL")
+            // `timestamptz` values and casts are in UTC (Eddy's one time zone), as the
+            // columns of `TIMESTAMPTZ` type are; without it DataFusion casts to a
+            // timestamp without a zone.
+            .set_str("datafusion.execution.time_zone", "+00:00");
         let ctx = SessionContext::new_with_config(session_config);
         ctx.catalog(DATABASE_NAME)
             .expect("default catalog exists")
