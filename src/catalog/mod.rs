@@ -94,6 +94,12 @@ pub struct Relation {
 }
 
 impl Relation {
+    /// A table created `APPEND ONLY`: rows are only ever inserted.
+    pub fn is_append_only(&self) -> bool {
+        self.kind == RelationKind::Table
+            && self.options.get("append_only").map(String::as_str) == Some("true")
+    }
+
     pub fn arrow_schema(&self) -> SchemaRef {
         Arc::new(Schema::new(
             self.columns

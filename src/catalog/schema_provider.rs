@@ -116,7 +116,12 @@ impl SchemaProvider for CatalogSchemaProvider {
                 let table = self
                     .state_table_for(&rel)
                     .map_err(EddyError::into_datafusion)?;
-                Ok(Some(Arc::new(StoredTable::new(table))))
+                let table = StoredTable::new(table);
+                Ok(Some(Arc::new(if rel.is_append_only() {
+                    table.append_only(&rel.name)
+                } else {
+                    table
+                })))
             }
             RelationKind::MaterializedView => {
                 let table = self

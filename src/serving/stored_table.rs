@@ -29,6 +29,9 @@ pub struct StoredTable {
     read_only: Option<String>,
     /// For materialized views: the committed epoch they are read at.
     serving: Option<Arc<crate::state::ServingEpoch>>,
+    /// Set for `APPEND ONLY` tables: rows are only ever inserted (views read them as an
+    /// append-only stream).
+    append_only: Option<String>,
 }
 
 impl std::fmt::Debug for StateTable {
@@ -45,6 +48,24 @@ impl StoredTable {
             table,
             read_only: None,
             serving: None,
+            append_only: None,
+        }
+    }
+
+    /// An `APPEND ONLY` table: `INSERT` only.
+    pub fn append_only(mut self, name: &str) -> Self {
+        self.append_only = Some(name.to_string());
+        self
+    }
+
+    /// `UPDATE` and `DELETE` (and `TRUNCATE`) are refused on an append-only table.
+    fn check_deletable(&self) -> DFResult<()> {
+        match &self.append_only {
+            Some(name) => Err(EddyError::not_supported(format!(
+                "cannot update or delete rows of append-only table \"{name}\""
+            ))
+            .into_datafusion()),
+            None => Ok(()),
         }
     }
 
@@ -58,6 +79,7 @@ impl StoredTable {
             table,
             read_only: Some(name.to_string()),
             serving: Some(serving),
+            append_only: None,
         }
     }
 
@@ -223,6 +245,7 @@ impl TableProvider for StoredTable {
         filters: Vec<Expr>,
     ) -> DFResult<Arc<dyn ExecutionPlan>> {
         self.check_writable()?;
+        self.check_deletable()?;
         let df_schema = DFSchema::try_from(self.schema())?;
         let mut deleted = 0u64;
         let txn = transaction_of(state);
@@ -250,6 +273,7 @@ impl TableProvider for StoredTable {
         filters: Vec<Expr>,
     ) -> DFResult<Arc<dyn ExecutionPlan>> {
         self.check_writable()?;
+        self.check_deletable()?;
         let schema = self.schema();
         let df_schema = DFSchema::try_from(schema.clone())?;
         let mut assigned = Vec::with_capacity(schema.fields().len());
@@ -328,6 +352,7 @@ impl TableProvider for StoredTable {
 
     async fn truncate(&self, state: &dyn Session) -> DFResult<Arc<dyn ExecutionPlan>> {
         self.check_writable()?;
+        self.check_deletable()?;
         let rows = self.read_all(Some(state))?;
         let count: usize = rows.iter().map(|s| s.keys.len()).sum();
         match transaction_of(state) {

@@ -57,6 +57,16 @@ pub fn register(ctx: &SessionContext) {
     ctx.register_udf(ScalarUDF::new_from_impl(HopWindowStarts {
         signature: Signature::variadic_any(Volatility::Immutable),
     }));
+    // Marks the table of a temporal join; volatile so that it is never folded away.
+    ctx.register_udf(create_udf(
+        crate::stream::planner::TEMPORAL_JOIN_MARKER,
+        vec![],
+        DataType::Boolean,
+        Volatility::Volatile,
+        Arc::new(|_args: &[ColumnarValue]| {
+            Ok(ColumnarValue::Scalar(ScalarValue::Boolean(Some(true))))
+        }),
+    ));
     ctx.register_udf(ScalarUDF::new_from_impl(PgTypeof {
         signature: Signature::any(1, Volatility::Immutable),
     }));

@@ -13,7 +13,6 @@ mod copy;
 mod ddl;
 pub mod drop;
 mod failover;
-mod flink_windows;
 mod functions;
 pub mod materialized_views;
 mod pg_semantics;
@@ -22,6 +21,7 @@ mod sinks;
 mod sources;
 mod sql_rewrite;
 mod system_params;
+mod token_rewrites;
 pub mod users;
 pub mod vars;
 
@@ -231,8 +231,8 @@ impl Engine {
     pub fn parse(&self, sql: &str) -> Result<Vec<Statement>> {
         let replaced = client_queries::replacement(sql);
         let sql = replaced.as_deref().unwrap_or(sql);
-        let flink = flink_windows::rewrite(sql)?;
-        let sql = flink.as_deref().unwrap_or(sql);
+        let rewritten = token_rewrites::rewrite(sql)?;
+        let sql = rewritten.as_deref().unwrap_or(sql);
         let mut statements = self
             .parser
             .parse(sql)

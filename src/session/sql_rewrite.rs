@@ -32,7 +32,7 @@ use datafusion::sql::sqlparser::dialect::{DuckDbDialect, PostgreSqlDialect};
 use datafusion::sql::sqlparser::parser::Parser;
 use std::ops::ControlFlow;
 
-use super::flink_windows::{FLINK_HOP, FLINK_TUMBLE};
+use super::token_rewrites::{FLINK_HOP, FLINK_TUMBLE};
 
 pub fn rewrite(statement: &mut Statement) {
     let _ = statement.visit(&mut ArraySubquery);

@@ -16,6 +16,7 @@
 
 use super::graph::{Exchange, Fragment, FragmentInput, OperatorFactory, OperatorSpec, StreamGraph};
 use super::operators::Operator;
+use super::operators::drop_keys::DropKeys;
 use super::operators::filter::Filter;
 use super::operators::hash_agg::{AggCall, AggKind, HashAgg, PostOp};
 use super::operators::hash_join::{HashJoin, JoinKind, JoinSpec};
@@ -29,6 +30,7 @@ use crate::state::keys::MAX_PARALLELISM;
 use crate::stream::watermark::{SourceWatermark, WatermarkMapping, monotone_column};
 use arrow::datatypes::SchemaRef;
 use datafusion::common::DFSchema;
+use datafusion::common::tree_node::TreeNode;
 use datafusion::execution::session_state::SessionState;
 use datafusion::logical_expr::execution_props::ExecutionProps;
 use datafusion::logical_expr::physical_planning_context::PhysicalPlanningContext;
@@ -37,6 +39,10 @@ use datafusion::physical_expr::{PhysicalExpr, create_physical_expr};
 use std::sync::Arc;
 
 mod not_in;
+
+/// The always-true, volatile function that marks the table side of a temporal join
+/// (`FOR SYSTEM_TIME AS OF`): the SQL rewrite filters the table by it.
+pub const TEMPORAL_JOIN_MARKER: &str = "__eddy_temporal_join";
 mod top_n;
 
 /// A stream plan before it is cut into fragments.
@@ -92,7 +98,9 @@ impl Node {
     fn keyed(&self) -> bool {
         match self {
             Node::Connector { .. } => false,
-            Node::Changes { .. } | Node::Keyed { .. } => true,
+            // An append-only table's changes are inserts only; their keys are dropped.
+            Node::Changes { relation, .. } => !relation.is_append_only(),
+            Node::Keyed { .. } => true,
             Node::Op { input, .. } => input.keyed(),
             Node::Union { inputs, .. } => inputs.iter().any(Node::keyed),
             Node::Join { keyed, .. } => *keyed,
@@ -427,15 +435,24 @@ fn fragment_of(node: Node, fragments: &mut Vec<Fragment>, parallelism: usize) ->
             projection,
             watermark,
         } => {
+            let append_only = relation.is_append_only();
+            let chain = if append_only {
+                vec![OperatorSpec {
+                    describe: "DropKeys".to_string(),
+                    build: Arc::new(|| Ok(Box::new(DropKeys) as Box<dyn Operator>)),
+                }]
+            } else {
+                vec![]
+            };
             fragments.push(Fragment {
                 input: FragmentInput::Changes {
                     relation,
                     projection,
                     watermark,
                 },
-                chain: vec![],
+                chain,
                 parallelism: 1,
-                keyed: true,
+                keyed: !append_only,
             });
             fragments.len() - 1
         }
@@ -811,6 +828,25 @@ fn agg_call(
     })
 }
 
+/// Whether a join input is the table of a temporal join: a scan filtered by
+/// [`TEMPORAL_JOIN_MARKER`] (under aliases and projections).
+fn is_temporal_table(plan: &LogicalPlan) -> bool {
+    match plan {
+        LogicalPlan::SubqueryAlias(a) => is_temporal_table(&a.input),
+        LogicalPlan::Projection(p) => is_temporal_table(&p.input),
+        LogicalPlan::Filter(f) => {
+            let marked = f
+                .predicate
+                .exists(|e| {
+                    Ok(matches!(e, Expr::ScalarFunction(call) if call.name() == TEMPORAL_JOIN_MARKER))
+                })
+                .unwrap_or(false);
+            marked || is_temporal_table(&f.input)
+        }
+        _ => false,
+    }
+}
+
 /// A join of two inputs on the equalities of `ON` (and its other conditions).
 fn join_node(
     join: &datafusion::logical_expr::logical_plan::Join,
@@ -832,8 +868,32 @@ fn join_node(
         JoinType::RightAnti => JoinKind::RightAnti,
         other => return Err(unsupported(&format!("a {other} join"))),
     };
+    let temporal = is_temporal_table(&join.right);
+    if is_temporal_table(&join.left) {
+        return Err(unsupported(
+            "a temporal join with the table (FOR SYSTEM_TIME AS OF) on the left",
+        ));
+    }
     let left = visit(&join.left, ctx)?.finish()?;
     let right = visit(&join.right, ctx)?.finish()?;
+    if temporal {
+        if !matches!(kind, JoinKind::Inner | JoinKind::Left) {
+            return Err(unsupported(&format!(
+                "a {} temporal join (only inner and left joins are)",
+                kind.sql_name()
+            )));
+        }
+        if left.keyed() {
+            return Err(unsupported(
+                "a temporal join whose stream side can update or delete (it must be append-only)",
+            ));
+        }
+        if join.on.is_empty() {
+            return Err(unsupported(
+                "a temporal join without an equality on the table's columns",
+            ));
+        }
+    }
     let schemas = [join.left.schema(), join.right.schema()];
     let mut keys: [Vec<Arc<dyn PhysicalExpr>>; 2] = [vec![], vec![]];
     let mut key_types = Vec::new();
@@ -871,6 +931,7 @@ fn join_node(
         keyed_inputs: [left.keyed(), right.keyed()],
         filter,
         nulls_equal: join.null_equality == NullEquality::NullEqualsNull,
+        temporal,
         output: Arc::new(join.schema.as_arrow().clone()),
     };
     let keyed = spec.output_keyed();
@@ -880,7 +941,8 @@ fn join_node(
         .map(|(l, r)| format!("{l} = {r}"))
         .collect();
     let describe = format!(
-        "HashJoin({}, on: [{}]{})",
+        "{}({}, on: [{}]{})",
+        if temporal { "TemporalJoin" } else { "HashJoin" },
         kind.sql_name(),
         on.join(", "),
         join.filter

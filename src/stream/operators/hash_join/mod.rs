@@ -104,6 +104,10 @@ pub struct JoinSpec {
     pub filter: Option<Arc<dyn PhysicalExpr>>,
     /// NULL keys match each other (`IS NOT DISTINCT FROM`), not SQL's `=`.
     pub nulls_equal: bool,
+    /// A temporal (lookup) join: each left row is joined with the right side's rows of
+    /// the moment and not kept; right-side changes update the lookup state and emit
+    /// nothing (earlier output is never retracted). The left input is append-only.
+    pub temporal: bool,
     /// The output's columns: both sides' (one side's for a semi or anti join).
     pub output: SchemaRef,
 }
@@ -112,6 +116,10 @@ impl JoinSpec {
     /// Whether the output rows carry keys: anything but an inner join of two append-only
     /// inputs can retract.
     pub fn output_keyed(&self) -> bool {
+        if self.temporal {
+            // Rows are emitted once, never retracted.
+            return self.keyed_inputs[0];
+        }
         self.kind != JoinKind::Inner || self.keyed_inputs.iter().any(|k| *k)
     }
 }
@@ -126,6 +134,10 @@ pub struct HashJoin {
     /// Both sides' columns, all nullable: for evaluating the extra condition.
     candidate_schema: SchemaRef,
     sides: [SideState; 2],
+    /// A temporal join's stream rows that arrived before its first barrier, when the
+    /// table's rows may not all be there yet.
+    held_for_lookup: Vec<StreamChunk>,
+    looked_up_since_start: bool,
 }
 
 impl HashJoin {
@@ -162,6 +174,8 @@ impl HashJoin {
             row_codecs,
             candidate_schema,
             sides: [SideState::default(), SideState::default()],
+            held_for_lookup: Vec::new(),
+            looked_up_since_start: false,
         })
     }
 
@@ -280,6 +294,8 @@ impl HashJoin {
             }
             let id: Box<[u8]> = match &chunk.keys {
                 Some(keys) => keys[row].as_slice().into(),
+                // A temporal join's stream rows are not kept: they need no id.
+                None if self.spec.temporal && side == 0 => Box::default(),
                 None if inserting => mine.next_id(join_key),
                 None => match mine.find_row(join_key, row_bytes.as_ref()) {
                     Some(id) => id,
@@ -374,7 +390,7 @@ impl HashJoin {
                     None,
                 );
             }
-            if inserting {
+            if inserting && !(self.spec.temporal && side == 0) {
                 let degree = if tracks_mine { matched.len() as u64 } else { 0 };
                 mine.insert(
                     join_key,
@@ -512,6 +528,20 @@ fn output_key(join_key: &[u8], left: Option<&[u8]>, right: Option<&[u8]>) -> Vec
     key
 }
 
+impl HashJoin {
+    /// A temporal join's first barrier: the table's rows as of the job's start have all
+    /// arrived (a change stream sends them before it passes on a barrier), so the stream
+    /// rows held until now are looked up, and later ones at once.
+    fn release_held_lookups(&mut self) -> Result<Vec<StreamChunk>> {
+        self.looked_up_since_start = true;
+        let mut out = Vec::new();
+        for chunk in std::mem::take(&mut self.held_for_lookup) {
+            out.extend(self.process_side(0, chunk)?);
+        }
+        Ok(out)
+    }
+}
+
 impl Operator for HashJoin {
     fn name(&self) -> &'static str {
         "HashJoin"
@@ -527,6 +557,10 @@ impl Operator for HashJoin {
 
     fn process_input(&mut self, input: usize, chunk: StreamChunk) -> Result<Vec<StreamChunk>> {
         match input {
+            0 if self.spec.temporal && !self.looked_up_since_start => {
+                self.held_for_lookup.push(chunk);
+                Ok(vec![])
+            }
             0 | 1 => self.process_side(input, chunk),
             _ => Err(EddyError::internal(format!("a join has no input {input}"))),
         }
@@ -543,6 +577,14 @@ impl Operator for HashJoin {
 
     fn on_watermark(&mut self, watermark: Watermark) -> Result<super::WatermarkOutput> {
         self.on_input_watermark(0, watermark)
+    }
+
+    fn on_barrier(&mut self) -> Result<Vec<StreamChunk>> {
+        self.release_held_lookups()
+    }
+
+    fn finish(&mut self) -> Result<Vec<StreamChunk>> {
+        self.release_held_lookups()
     }
 
     /// One state table per side.

@@ -54,6 +54,7 @@ fn spec(kind: JoinKind, keyed: bool, with_filter: bool) -> JoinSpec {
         keyed_inputs: [keyed, keyed],
         filter,
         nulls_equal: false,
+        temporal: false,
         output,
     }
 }
@@ -322,4 +323,43 @@ fn append_only_rows_keep_distinct_ids_across_a_restart() {
         side_chunk(1, false, &[(Op::Insert, (9, Some(1), "r".into()))]),
     ));
     assert_eq!(view.rows(), vec!["1, 1, same, 9, 1, r"; 3]);
+}
+
+#[test]
+fn temporal_join_looks_up_the_table_and_never_retracts() {
+    let mut spec = spec(JoinKind::Left, false, false);
+    spec.temporal = true;
+    spec.keyed_inputs = [false, true];
+    assert!(!spec.output_keyed());
+    let mut h = harness(spec);
+    let stream = |id, k: i64, s: &str| (Op::Insert, (id, Some(k), s.to_string()));
+    let table = |op, id, k: i64, s: &str| (op, (id, Some(k), s.to_string()));
+    // Before the first barrier the table's rows may still be arriving: stream rows wait.
+    assert!(
+        h.push(0, side_chunk(0, false, &[stream(1, 5, "a")]))
+            .is_empty()
+    );
+    assert!(
+        h.push(1, side_chunk(1, true, &[table(Op::Insert, 10, 5, "x")]))
+            .is_empty()
+    );
+    assert_eq!(rows_text(&h.barrier()), vec!["+ 1, 5, a, 10, 5, x"]);
+    // A table change emits nothing; later stream rows see it.
+    let update = [
+        table(Op::UpdateDelete, 10, 5, "x"),
+        table(Op::UpdateInsert, 10, 5, "y"),
+    ];
+    assert!(h.push(1, side_chunk(1, true, &update)).is_empty());
+    let out = h.push(
+        0,
+        side_chunk(0, false, &[stream(2, 5, "b"), stream(3, 6, "c")]),
+    );
+    assert_eq!(
+        rows_text(&out),
+        vec!["+ 2, 5, b, 10, 5, y", "+ 3, 6, c, NULL, NULL, NULL"]
+    );
+    assert!(out[0].keys.is_none());
+    // Only the table's rows are kept.
+    h.barrier();
+    assert_eq!(h.state_entries(), 1);
 }

@@ -12,109 +12,19 @@
 //! millisecond). Working on tokens leaves strings, comments and quoted names as they
 //! were. `CUMULATE` and `SESSION` are recognised and refused, as not supported yet.
 
+use super::{Cursor, is_word, trim};
 use crate::error::{EddyError, Result};
-use datafusion::sql::sqlparser::dialect::PostgreSqlDialect;
-use datafusion::sql::sqlparser::tokenizer::{Token, Tokenizer, Whitespace};
+use datafusion::sql::sqlparser::tokenizer::{Token, Whitespace};
 
 /// The window function a Flink `TUMBLE` becomes (planned by `sql_rewrite`).
 pub const FLINK_TUMBLE: &str = "__eddy_flink_tumble";
 /// The window function a Flink `HOP` becomes.
 pub const FLINK_HOP: &str = "__eddy_flink_hop";
 
-/// The statement with each Flink window call rewritten, or `None` when it has none (or
-/// does not tokenize: the parser then reports the error).
-pub fn rewrite(sql: &str) -> Result<Option<String>> {
-    if !sql.to_ascii_uppercase().contains("DESCRIPTOR") {
-        return Ok(None);
-    }
-    let Ok(tokens) = Tokenizer::new(&PostgreSqlDialect {}, sql).tokenize() else {
-        return Ok(None);
-    };
-    let mut out: Vec<Token> = Vec::with_capacity(tokens.len());
-    let mut i = 0;
-    let mut changed = false;
-    while i < tokens.len() {
-        let call = match &tokens[i] {
-            Token::Word(_) => window_call(&tokens, i)?,
-            _ => None,
-        };
-        match call {
-            Some((replacement, end)) => {
-                out.extend(replacement);
-                i = end;
-                changed = true;
-            }
-            None => {
-                out.push(tokens[i].clone());
-                i += 1;
-            }
-        }
-    }
-    Ok(changed.then(|| out.iter().map(Token::to_string).collect()))
-}
-
-/// Reads tokens past whitespace.
-struct Cursor<'a> {
-    tokens: &'a [Token],
-    at: usize,
-}
-
-impl<'a> Cursor<'a> {
-    /// The next significant token, consumed.
-    fn next(&mut self) -> Option<&'a Token> {
-        while let Some(t) = self.tokens.get(self.at) {
-            self.at += 1;
-            if !matches!(t, Token::Whitespace(_)) {
-                return Some(t);
-            }
-        }
-        None
-    }
-
-    fn peek(&self) -> Option<&'a Token> {
-        self.tokens[self.at..]
-            .iter()
-            .find(|t| !matches!(t, Token::Whitespace(_)))
-    }
-
-    fn word(&mut self, expected: &str) -> bool {
-        matches!(self.next(), Some(Token::Word(w)) if w.quote_style.is_none() && w.value.eq_ignore_ascii_case(expected))
-    }
-
-    fn token(&mut self, expected: &Token) -> bool {
-        self.next() == Some(expected)
-    }
-
-    /// Tokens up to (not including) a `,` or `)` outside parentheses, or a word `stop`.
-    fn until_separator(&mut self, stop: Option<&str>) -> Vec<Token> {
-        let mut depth = 0usize;
-        let mut taken = Vec::new();
-        while let Some(t) = self.tokens.get(self.at) {
-            match t {
-                Token::Comma | Token::RParen if depth == 0 => break,
-                Token::Word(w)
-                    if depth == 0
-                        && w.quote_style.is_none()
-                        && stop.is_some_and(|s| w.value.eq_ignore_ascii_case(s)) =>
-                {
-                    break;
-                }
-                Token::LParen => depth += 1,
-                Token::RParen => depth -= 1,
-                _ => {}
-            }
-            taken.push(t.clone());
-            self.at += 1;
-        }
-        taken
-    }
-}
-
 /// A Flink window call starting at `start` (`TABLE(<fn>(TABLE ...`): its replacement and
 /// the index after it.
-fn window_call(tokens: &[Token], start: usize) -> Result<Option<(Vec<Token>, usize)>> {
-    let mut c = Cursor { tokens, at: start };
-    let is_word = |t: Option<&Token>, w: &str| matches!(t, Some(Token::Word(x)) if x.quote_style.is_none() && x.value.eq_ignore_ascii_case(w));
+pub(super) fn window_call(tokens: &[Token], start: usize) -> Result<Option<(Vec<Token>, usize)>> {
+    let mut c = Cursor::new(tokens, start);
     if !is_word(c.next(), "TABLE") || !c.token(&Token::LParen) {
         return Ok(None);
     }
@@ -171,21 +81,9 @@ fn window_call(tokens: &[Token], start: usize) -> Result<Option<(Vec<Token>, usi
     Ok(Some((out, c.at)))
 }
 
-/// A part without its leading and trailing whitespace.
-fn trim(mut part: Vec<Token>) -> Vec<Token> {
-    while matches!(part.last(), Some(Token::Whitespace(_))) {
-        part.pop();
-    }
-    let first = part
-        .iter()
-        .position(|t| !matches!(t, Token::Whitespace(_)))
-        .unwrap_or(part.len());
-    part.split_off(first)
-}
-
 #[cfg(test)]
 mod tests {
-    use super::*;
+    use super::super::rewrite;
 
     #[test]
     fn flink_calls_become_window_functions() {

@@ -1,0 +1,135 @@
+//! Rewrites of Flink and RisingWave syntax that sqlparser cannot parse, done on the
+//! token stream before parsing: strings, comments and quoted names stay as they were,
+//! and the result is ordinary SQL that the later AST rewrites and DataFusion plan.
+//!
+//! - [`windows`]: Flink's `TABLE(TUMBLE(TABLE t, DESCRIPTOR(ts), ...))` window calls.
+//! - [`temporal`]: `t FOR SYSTEM_TIME AS OF PROCTIME()`, a temporal (lookup) join's table.
+
+mod temporal;
+mod windows;
+
+pub use windows::{FLINK_HOP, FLINK_TUMBLE};
+
+use crate::error::Result;
+use datafusion::sql::sqlparser::dialect::PostgreSqlDialect;
+use datafusion::sql::sqlparser::tokenizer::{Token, Tokenizer};
+
+/// A rewrite tried at each word: its replacement tokens and the index after what it
+/// replaced, or `None` when the tokens there are not its syntax.
+type Rewrite = fn(&[Token], usize) -> Result<Option<(Vec<Token>, usize)>>;
+
+/// The statement with every such construct rewritten, or `None` when it has none (or
+/// does not tokenize: the parser then reports the error).
+pub fn rewrite(sql: &str) -> Result<Option<String>> {
+    let upper = sql.to_ascii_uppercase();
+    let mut rewrites: Vec<Rewrite> = Vec::new();
+    if upper.contains("DESCRIPTOR") {
+        rewrites.push(windows::window_call);
+    }
+    if upper.contains("SYSTEM_TIME") {
+        rewrites.push(temporal::for_system_time);
+    }
+    if rewrites.is_empty() {
+        return Ok(None);
+    }
+    let Ok(tokens) = Tokenizer::new(&PostgreSqlDialect {}, sql).tokenize() else {
+        return Ok(None);
+    };
+    let mut out: Vec<Token> = Vec::with_capacity(tokens.len());
+    let mut i = 0;
+    let mut changed = false;
+    'tokens: while i < tokens.len() {
+        if matches!(tokens[i], Token::Word(_)) {
+            for rewrite in &rewrites {
+                if let Some((replacement, end)) = rewrite(&tokens, i)? {
+                    out.extend(replacement);
+                    i = end;
+                    changed = true;
+                    continue 'tokens;
+                }
+            }
+        }
+        out.push(tokens[i].clone());
+        i += 1;
+    }
+    Ok(changed.then(|| out.iter().map(Token::to_string).collect()))
+}
+
+/// Reads tokens past whitespace.
+struct Cursor<'a> {
+    tokens: &'a [Token],
+    at: usize,
+}
+
+impl<'a> Cursor<'a> {
+    fn new(tokens: &'a [Token], at: usize) -> Self {
+        Self { tokens, at }
+    }
+
+    /// The next significant token, consumed.
+    fn next(&mut self) -> Option<&'a Token> {
+        while let Some(t) = self.tokens.get(self.at) {
+            self.at += 1;
+            if !matches!(t, Token::Whitespace(_)) {
+                return Some(t);
+            }
+        }
+        None
+    }
+
+    fn peek(&self) -> Option<&'a Token> {
+        self.tokens[self.at..]
+            .iter()
+            .find(|t| !matches!(t, Token::Whitespace(_)))
+    }
+
+    /// Consumes the next token if it is the unquoted word `expected`.
+    fn word(&mut self, expected: &str) -> bool {
+        let found = is_word(self.peek(), expected);
+        if found {
+            self.next();
+        }
+        found
+    }
+
+    fn token(&mut self, expected: &Token) -> bool {
+        self.next() == Some(expected)
+    }
+
+    /// Tokens up to (not including) a `,` or `)` outside parentheses, or a word `stop`.
+    fn until_separator(&mut self, stop: Option<&str>) -> Vec<Token> {
+        let mut depth = 0usize;
+        let mut taken = Vec::new();
+        while let Some(t) = self.tokens.get(self.at) {
+            match t {
+                Token::Comma | Token::RParen if depth == 0 => break,
+                Token::Word(_) if depth == 0 && stop.is_some_and(|s| is_word(Some(t), s)) => {
+                    break;
+                }
+                Token::LParen => depth += 1,
+                Token::RParen => depth -= 1,
+                _ => {}
+            }
+            taken.push(t.clone());
+            self.at += 1;
+        }
+        taken
+    }
+}
+
+/// Whether a token is the unquoted word `expected` (any case).
+fn is_word(token: Option<&Token>, expected: &str) -> bool {
+    matches!(token, Some(Token::Word(w)) if w.quote_style.is_none() && w.value.eq_ignore_ascii_case(expected))
+}
+
+/// A part without its leading and trailing whitespace.
+fn trim(mut part: Vec<Token>) -> Vec<Token> {
+    while matches!(part.last(), Some(Token::Whitespace(_))) {
+        part.pop();
+    }
+    let first = part
+        .iter()
+        .position(|t| !matches!(t, Token::Whitespace(_)))
+        .unwrap_or(part.len());
+    part.split_off(first)
+}
