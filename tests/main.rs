@@ -9,6 +9,7 @@ mod clients;
 mod common;
 mod dataflow;
 mod durability;
+mod nexmark;
 mod protocol;
 mod psql;
 mod slt;

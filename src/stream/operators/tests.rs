@@ -153,12 +153,14 @@ fn count_sum() -> Harness {
                 arg: None,
                 arg_type: DataType::Null,
                 output_type: DataType::Int64,
+                filter: None,
             },
             AggCall {
                 kind: AggKind::Sum,
                 arg: Some(Arc::new(Column::new("v", 1))),
                 arg_type: DataType::Int64,
                 output_type: DataType::Int64,
+                filter: None,
             },
         ];
         let agg = HashAgg::new(

@@ -798,9 +798,14 @@ fn agg_call(
     if params.distinct && name_lower != "count" {
         return Err(unsupported(&format!("{name_lower}(DISTINCT ...)")));
     }
-    if params.filter.is_some() || !params.order_by.is_empty() {
-        return Err(unsupported("an aggregate FILTER or ORDER BY"));
+    if !params.order_by.is_empty() {
+        return Err(unsupported(&format!("{name_lower}(... ORDER BY ...)")));
     }
+    let filter = params
+        .filter
+        .as_ref()
+        .map(|f| physical(f, schema))
+        .transpose()?;
     let name = f.func.name().to_ascii_lowercase();
     let kind = match name.as_str() {
         "count" => AggKind::Count,
@@ -825,6 +830,7 @@ fn agg_call(
         arg,
         arg_type,
         output_type,
+        filter,
     })
 }
 

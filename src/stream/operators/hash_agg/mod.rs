@@ -56,6 +56,8 @@ pub struct AggCall {
     pub arg_type: DataType,
     /// The type DataFusion gives the result (`sum(int)` is `bigint`, `avg` is `double`).
     pub output_type: DataType,
+    /// `FILTER (WHERE ...)`: only rows for which it is true reach the aggregate.
+    pub filter: Option<Arc<dyn PhysicalExpr>>,
 }
 
 /// What runs on the aggregate's result rows before they leave the operator.
@@ -477,6 +479,20 @@ impl HashAgg {
                 Some(e) => Some(e.evaluate(batch)?.into_array(batch.num_rows())?),
                 None => None,
             };
+            // Rows a FILTER rejects count with sign 0: they change no state.
+            let filtered: Vec<i64>;
+            let signs: &[i64] = match &call.filter {
+                Some(predicate) => {
+                    let keep = mask(predicate, batch)?;
+                    filtered = signs
+                        .iter()
+                        .zip(keep.values().iter())
+                        .map(|(sign, kept)| if kept { *sign } else { 0 })
+                        .collect();
+                    &filtered
+                }
+                None => signs,
+            };
             match (state, arg) {
                 (AggState::Count(counts), None) => {
                     for (g, sign) in ids.iter().zip(signs) {
@@ -517,7 +533,8 @@ impl HashAgg {
                     let a = cast(&a, &DataType::Float64)?;
                     let a = a.as_primitive::<Float64Type>();
                     for (i, (g, sign)) in ids.iter().zip(signs).enumerate() {
-                        if a.is_valid(i) {
+                        // (NaN or infinity times a zero sign would still change the sum.)
+                        if a.is_valid(i) && *sign != 0 {
                             sums[*g] += a.value(i) * *sign as f64;
                             n[*g] += sign;
                         }
@@ -540,7 +557,7 @@ impl HashAgg {
                     };
                     let rows = codec.convert_columns(std::slice::from_ref(&a))?;
                     for (i, (g, sign)) in ids.iter().zip(signs).enumerate() {
-                        if a.is_null(i) {
+                        if a.is_null(i) || *sign == 0 {
                             continue;
                         }
                         let value = rows.row(i);
