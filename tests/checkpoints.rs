@@ -116,6 +116,13 @@ const VIEWS: &[(&str, &str, Option<&str>, &str)] = &[
         None,
         "bid",
     ),
+    // A window function: each row's predecessor in its partition.
+    (
+        "gen_lag",
+        "SELECT id, k, lag(id) OVER (PARTITION BY k ORDER BY id) AS prev, sum(v) OVER (PARTITION BY k ORDER BY id ROWS BETWEEN 2 PRECEDING AND CURRENT ROW) AS s FROM gen WHERE id % 10 = 0",
+        None,
+        "gen",
+    ),
     (
         "gen_filtered",
         "SELECT id, k, name FROM gen WHERE id % 97 = 0",

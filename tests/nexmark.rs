@@ -139,6 +139,19 @@ const QUERIES: &[(&str, &str, Option<&str>)] = &[
          ON AuctionBids.starttime = MaxBids.starttime_c AND AuctionBids.num >= MaxBids.maxn",
         None,
     ),
+    // q6: the average closing price over each seller's last ten auctions (a window
+    // function with a ROWS frame over an updating aggregate); ties on the time broken by
+    // the auction's id, and the time taken as the auction's last bid.
+    (
+        "q6",
+        "SELECT Q.seller, AVG(Q.final) OVER \
+           (PARTITION BY Q.seller ORDER BY Q.date_time, Q.id ROWS BETWEEN 10 PRECEDING AND CURRENT ROW) AS avg \
+         FROM (SELECT MAX(B.price) AS final, A.seller, A.id, MAX(B.date_time) AS date_time \
+               FROM auction AS A, bid AS B \
+               WHERE A.id = B.auction AND B.date_time BETWEEN A.date_time AND A.expires \
+               GROUP BY A.id, A.seller) AS Q",
+        None,
+    ),
     (
         "q7",
         "SELECT B.auction, B.price, B.bidder, B.date_time FROM bid B \
@@ -293,8 +306,11 @@ async fn batch(query: &str) -> Vec<Vec<String>> {
             .columns()
             .iter()
             .map(|c| {
-                arrow::util::display::ArrayFormatter::try_new(c.as_ref(), &Default::default())
-                    .unwrap()
+                arrow::util::display::ArrayFormatter::try_new(
+                    c.as_ref(),
+                    &arrow::util::display::FormatOptions::default().with_null("NULL"),
+                )
+                .unwrap()
             })
             .collect();
         for r in 0..batch.num_rows() {

@@ -182,8 +182,11 @@ pub(crate) async fn batch_query(
             .columns()
             .iter()
             .map(|c| {
-                arrow::util::display::ArrayFormatter::try_new(c.as_ref(), &Default::default())
-                    .unwrap()
+                arrow::util::display::ArrayFormatter::try_new(
+                    c.as_ref(),
+                    &arrow::util::display::FormatOptions::default().with_null("NULL"),
+                )
+                .unwrap()
             })
             .collect();
         for r in 0..batch.num_rows() {

@@ -5,6 +5,7 @@ pub mod drop_keys;
 pub mod filter;
 pub mod hash_agg;
 pub mod hash_join;
+pub mod over_window;
 pub mod project;
 pub mod tag_keys;
 pub mod top_n;

@@ -7,7 +7,7 @@ use super::hash_agg::{AggCall, AggKind, HashAgg};
 use super::tag_keys::TagKeys;
 use super::unnest::Unnest;
 use crate::stream::testing::{Harness, Materialized, chunk, rows_text};
-use crate::stream::{Op, Watermark};
+use crate::stream::{Op, StreamChunk, Watermark};
 use arrow::datatypes::{DataType, Field, Schema, SchemaRef};
 use datafusion::common::ScalarValue;
 use datafusion::logical_expr::Operator as BinaryOp;
@@ -234,4 +234,97 @@ fn an_aggregate_resumes_from_its_checkpoint() {
     );
     let out = h.barrier();
     assert_eq!(rows_text(&out), vec!["U- 1, 2, 3", "U+ 1, 2, 5"]);
+}
+
+/// OverWindow: `lag(v) OVER (PARTITION BY k ORDER BY v)` over keyed rows `(k, v)`.
+mod over_window {
+    use super::*;
+    use crate::stream::operators::over_window::{OverWindow, OverWindowSpec};
+    use arrow::row::SortField;
+    use datafusion::functions_window::expr_fn::lag;
+    use datafusion::logical_expr::ExprFunctionExt;
+    use datafusion::logical_expr::execution_props::ExecutionProps;
+    use datafusion::logical_expr::physical_planning_context::PhysicalPlanningContext;
+    use datafusion::prelude::col;
+
+    fn spec() -> OverWindowSpec {
+        let input = Arc::new(Schema::new(vec![
+            Field::new("k", DataType::Int64, true),
+            Field::new("v", DataType::Int64, true),
+        ]));
+        let df_schema = datafusion::common::DFSchema::try_from(input.as_ref().clone()).unwrap();
+        let expr = lag(col("v"), Some(1), Some(ScalarValue::Int64(None)))
+            .partition_by(vec![col("k")])
+            .order_by(vec![col("v").sort(true, false)])
+            .build()
+            .unwrap();
+        let function = datafusion::physical_planner::create_window_expr(
+            &expr,
+            &df_schema,
+            &ExecutionProps::new(),
+            &PhysicalPlanningContext::default(),
+        )
+        .unwrap();
+        let output = Arc::new(Schema::new(vec![
+            Field::new("k", DataType::Int64, true),
+            Field::new("v", DataType::Int64, true),
+            Field::new("prev", DataType::Int64, true),
+        ]));
+        OverWindowSpec {
+            partition: vec![Arc::new(Column::new("k", 0))],
+            partition_types: vec![DataType::Int64],
+            order: vec![Arc::new(Column::new("v", 1))],
+            order_fields: vec![SortField::new(DataType::Int64)],
+            functions: vec![function],
+            input,
+            output,
+        }
+    }
+
+    fn rows(ops_rows: &[(Op, i64, i64)]) -> StreamChunk {
+        let schema = spec().input;
+        chunk(
+            &schema,
+            ops_rows
+                .iter()
+                .map(|(op, k, v)| {
+                    (
+                        *op,
+                        vec![ScalarValue::Int64(Some(*k)), ScalarValue::Int64(Some(*v))],
+                    )
+                })
+                .collect(),
+            Some(
+                ops_rows
+                    .iter()
+                    .map(|(_, _, v)| v.to_be_bytes().to_vec())
+                    .collect(),
+            ),
+        )
+    }
+
+    #[test]
+    fn a_row_inserted_between_two_updates_the_next_ones_lag_only() {
+        let mut h =
+            Harness::new(|| Ok(vec![Box::new(OverWindow::new(spec())?) as Box<dyn Operator>]));
+        let mut view = Materialized::default();
+        h.push(
+            0,
+            rows(&[(Op::Insert, 1, 10), (Op::Insert, 1, 30), (Op::Insert, 2, 5)]),
+        );
+        view.apply(&h.barrier());
+        assert_eq!(view.rows(), vec!["1, 10, NULL", "1, 30, 10", "2, 5, NULL"]);
+        h.restart();
+        h.push(0, rows(&[(Op::Insert, 1, 20)]));
+        let out = h.barrier();
+        // Only 30's lag changed; 20 is new.
+        assert_eq!(
+            rows_text(&out),
+            vec!["U- 1, 30, 10", "U+ 1, 30, 20", "+ 1, 20, 10"]
+        );
+        view.apply(&out);
+        h.push(0, rows(&[(Op::Delete, 1, 10)]));
+        view.apply(&h.barrier());
+        assert_eq!(view.rows(), vec!["1, 20, NULL", "1, 30, 20", "2, 5, NULL"]);
+    }
 }

@@ -39,6 +39,7 @@ use datafusion::physical_expr::{PhysicalExpr, create_physical_expr};
 use std::sync::Arc;
 
 mod not_in;
+mod over_window;
 
 /// The always-true, volatile function that marks the table side of a temporal join
 /// (`FOR SYSTEM_TIME AS OF`): the SQL rewrite filters the table by it.
@@ -768,7 +769,7 @@ fn visit(plan: &LogicalPlan, ctx: &PlanContext) -> Result<Partial> {
             Some(fetch) => plain(top_n::limit_node(&sort.expr, 0, fetch, &sort.input, ctx)?),
         },
         LogicalPlan::Limit(limit) => plain(top_n::limit(limit, ctx)?),
-        LogicalPlan::Window(_) => Err(unsupported("a window function (OVER)")),
+        LogicalPlan::Window(window) => plain(over_window::window_node(window, ctx)?),
         LogicalPlan::Distinct(_) => Err(unsupported("DISTINCT")),
         other => Err(unsupported(
             other

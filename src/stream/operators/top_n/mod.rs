@@ -13,7 +13,7 @@
 //! stream key is its partition and its row id, so a row moving between partitions (and
 //! subtasks) is a delete of one key and an insert of another.
 
-mod partitions;
+pub(crate) mod partitions;
 
 use super::Operator;
 use crate::error::Result;

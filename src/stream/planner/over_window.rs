@@ -1,0 +1,118 @@
+//! Planning window functions over partitions (`... OVER (PARTITION BY ... ORDER BY ...)`)
+//! that are not a bounded ranking (those are a top-N, see [`super::top_n`]): one
+//! [`OverWindow`] per DataFusion `Window` node, behind a hash exchange on the partition
+//! key (a single subtask without one). The functions are DataFusion's own window
+//! expressions, evaluated by the operator over each changed partition.
+
+use super::{Node, PlanContext, unsupported, visit};
+use crate::error::Result;
+use crate::stream::graph::{OperatorFactory, OperatorSpec};
+use crate::stream::operators::Operator;
+use crate::stream::operators::over_window::{OverWindow, OverWindowSpec};
+use arrow::compute::SortOptions;
+use arrow::row::SortField;
+use datafusion::logical_expr::execution_props::ExecutionProps;
+use datafusion::logical_expr::logical_plan::Window;
+use datafusion::logical_expr::physical_planning_context::PhysicalPlanningContext;
+use datafusion::logical_expr::{Expr, ExprSchemable};
+use datafusion::physical_planner::create_window_expr;
+use std::sync::Arc;
+
+pub(super) fn window_node(window: &Window, ctx: &PlanContext) -> Result<Node> {
+    let schema = window.input.schema();
+    let mut shared: Option<(&[Expr], &[datafusion::logical_expr::SortExpr])> = None;
+    let mut functions = Vec::new();
+    let mut names = Vec::new();
+    for e in &window.window_expr {
+        let Expr::WindowFunction(f) = unalias(e) else {
+            return Err(unsupported(&format!("window expression {e}")));
+        };
+        let p = &f.params;
+        let spec = (p.partition_by.as_slice(), p.order_by.as_slice());
+        match shared {
+            None => shared = Some(spec),
+            Some(s) if s == spec => {}
+            Some(_) => {
+                return Err(unsupported(
+                    "window functions with different PARTITION BY or ORDER BY in one window",
+                ));
+            }
+        }
+        functions.push(create_window_expr(
+            e,
+            schema,
+            &ExecutionProps::new(),
+            &PhysicalPlanningContext::default(),
+        )?);
+        names.push(f.fun.name().to_string());
+    }
+    let Some((partition_by, order_by)) = shared else {
+        return Err(unsupported("a window without functions"));
+    };
+    let input = visit(&window.input, ctx)?.finish()?;
+    let partition = partition_by
+        .iter()
+        .map(|e| super::physical(e, schema))
+        .collect::<Result<Vec<_>>>()?;
+    let partition_types = partition_by
+        .iter()
+        .map(|e| Ok(e.get_type(schema)?))
+        .collect::<Result<Vec<_>>>()?;
+    let order = order_by
+        .iter()
+        .map(|s| super::physical(&s.expr, schema))
+        .collect::<Result<Vec<_>>>()?;
+    let order_fields = order_by
+        .iter()
+        .map(|s| {
+            let options = SortOptions {
+                descending: !s.asc,
+                nulls_first: s.nulls_first,
+            };
+            Ok(SortField::new_with_options(
+                s.expr.get_type(schema)?,
+                options,
+            ))
+        })
+        .collect::<Result<Vec<_>>>()?;
+    let partition_names: Vec<String> = partition_by
+        .iter()
+        .map(|e| e.schema_name().to_string())
+        .collect();
+    let describe = format!(
+        "OverWindow({}, partition: [{}], order: [{}])",
+        names.join(", "),
+        partition_names.join(", "),
+        order_by
+            .iter()
+            .map(|s| s.to_string())
+            .collect::<Vec<_>>()
+            .join(", ")
+    );
+    let spec = OverWindowSpec {
+        partition: partition.clone(),
+        partition_types: partition_types.clone(),
+        order,
+        order_fields,
+        functions,
+        input: Arc::new(schema.as_arrow().clone()),
+        output: Arc::new(window.schema.as_arrow().clone()),
+    };
+    let build: OperatorFactory =
+        Arc::new(move || Ok(Box::new(OverWindow::new(spec.clone())?) as Box<dyn Operator>));
+    Ok(Node::Keyed {
+        spec: OperatorSpec { describe, build },
+        keys: partition,
+        key_types: partition_types,
+        key_names: partition_names.join(", "),
+        input: Box::new(input),
+        watermarks: vec![],
+    })
+}
+
+fn unalias(expr: &Expr) -> &Expr {
+    match expr {
+        Expr::Alias(a) => unalias(&a.expr),
+        e => e,
+    }
+}
