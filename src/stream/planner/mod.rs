@@ -19,6 +19,7 @@ use super::operators::Operator;
 use super::operators::drop_keys::DropKeys;
 use super::operators::filter::Filter;
 use super::operators::hash_agg::{AggCall, AggKind, HashAgg, PostOp};
+use super::operators::hash_join::cleanup::StateCleanup;
 use super::operators::hash_join::{HashJoin, JoinKind, JoinSpec};
 use super::operators::project::Project;
 use super::operators::tag_keys::TagKeys;
@@ -835,6 +836,104 @@ fn agg_call(
     })
 }
 
+/// How each side's rows expire: from the equalities of `ON` and the comparisons of its
+/// condition (`BETWEEN` included), a pair `x <= y` where `x` is a watermarked column of
+/// one side and `y` an expression over the other side's columns alone says that rows of
+/// the other side match nothing once `x`'s watermark passes `y`.
+fn join_state_cleanup(
+    join: &datafusion::logical_expr::logical_plan::Join,
+    watermarks: [Vec<usize>; 2],
+) -> Result<[Option<StateCleanup>; 2]> {
+    use datafusion::logical_expr::{Between, BinaryExpr, Operator as BinaryOp};
+    let schemas = [join.left.schema(), join.right.schema()];
+    let mut at_most: Vec<(Expr, Expr)> = Vec::new();
+    for (l, r) in &join.on {
+        at_most.push((l.clone(), r.clone()));
+        at_most.push((r.clone(), l.clone()));
+    }
+    let conjuncts = join
+        .filter
+        .as_ref()
+        .map(datafusion::logical_expr::utils::split_conjunction)
+        .unwrap_or_default();
+    for c in conjuncts {
+        match c {
+            Expr::BinaryExpr(BinaryExpr { left, op, right }) => match op {
+                BinaryOp::Lt | BinaryOp::LtEq => at_most.push((*left.clone(), *right.clone())),
+                BinaryOp::Gt | BinaryOp::GtEq => at_most.push((*right.clone(), *left.clone())),
+                BinaryOp::Eq => {
+                    at_most.push((*left.clone(), *right.clone()));
+                    at_most.push((*right.clone(), *left.clone()));
+                }
+                _ => {}
+            },
+            Expr::Between(Between {
+                expr,
+                negated: false,
+                low,
+                high,
+            }) => {
+                at_most.push((*low.clone(), *expr.clone()));
+                at_most.push((*expr.clone(), *high.clone()));
+            }
+            _ => {}
+        }
+    }
+    let mut cleanup: [Option<StateCleanup>; 2] = [None, None];
+    for (x, y) in at_most {
+        // `col ± k <= y` is `col <= y ∓ k`.
+        let (x, y) = isolate_column(x, y);
+        let Expr::Column(column) = &x else {
+            continue;
+        };
+        for w in 0..2 {
+            let other = 1 - w;
+            let Ok(index) = schemas[w].index_of_column(column) else {
+                continue;
+            };
+            let refs = y.column_refs();
+            let only_other_side = !refs.is_empty()
+                && refs.iter().all(|c| {
+                    schemas[other].index_of_column(c).is_ok()
+                        && schemas[w].index_of_column(c).is_err()
+                });
+            if !watermarks[w].contains(&index) || !only_other_side || cleanup[other].is_some() {
+                continue;
+            }
+            cleanup[other] = Some(StateCleanup {
+                watermark_column: index,
+                bound: physical(&y, schemas[other])?,
+                bound_type: schemas[w].field(index).data_type().clone(),
+                describe: format!("{x} <= {y}"),
+            });
+        }
+    }
+    Ok(cleanup)
+}
+
+/// `x <= y` with constants added to or subtracted from a column on the left moved to
+/// the right.
+fn isolate_column(x: Expr, y: Expr) -> (Expr, Expr) {
+    use datafusion::logical_expr::{BinaryExpr, Operator as BinaryOp};
+    match x {
+        Expr::BinaryExpr(BinaryExpr { left, op, right })
+            if matches!(right.as_ref(), Expr::Literal(..))
+                && matches!(op, BinaryOp::Plus | BinaryOp::Minus) =>
+        {
+            let inverse = if op == BinaryOp::Plus {
+                BinaryOp::Minus
+            } else {
+                BinaryOp::Plus
+            };
+            isolate_column(
+                *left,
+                Expr::BinaryExpr(BinaryExpr::new(Box::new(y), inverse, right)),
+            )
+        }
+        x => (x, y),
+    }
+}
+
 /// Whether a join input is the table of a temporal join: a scan filtered by
 /// [`TEMPORAL_JOIN_MARKER`] (under aliases and projections).
 fn is_temporal_table(plan: &LogicalPlan) -> bool {
@@ -920,6 +1019,13 @@ fn join_node(
         names[1].push(r.schema_name().to_string());
         key_types.push(left_type);
     }
+    // Rows of an append-only side expire when the other side's watermark passes the
+    // time bound the condition puts on their matches (interval and window joins).
+    let cleanup = if !temporal && !left.keyed() && !right.keyed() {
+        join_state_cleanup(join, [left.watermarks(), right.watermarks()])?
+    } else {
+        [None, None]
+    };
     // The extra condition reads both sides' columns (a semi join outputs only one).
     let both = schemas[0].join(schemas[1])?;
     let filter = join
@@ -939,6 +1045,7 @@ fn join_node(
         filter,
         nulls_equal: join.null_equality == NullEquality::NullEqualsNull,
         temporal,
+        cleanup: cleanup.clone(),
         output: Arc::new(join.schema.as_arrow().clone()),
     };
     let keyed = spec.output_keyed();
@@ -947,8 +1054,20 @@ fn join_node(
         .zip(&names[1])
         .map(|(l, r)| format!("{l} = {r}"))
         .collect();
+    let mut state = String::new();
+    for (side, name) in ["left", "right"].iter().enumerate() {
+        let append_only = ![&left, &right][side].keyed();
+        match &cleanup[side] {
+            Some(c) => state.push_str(&format!(", {name} rows expire by {}", c.describe)),
+            // Rows of a stream are kept for ever (a table's or view's only while they live).
+            None if append_only && !(temporal && side == 0) => {
+                state.push_str(&format!(", {name} state unbounded"))
+            }
+            None => {}
+        }
+    }
     let describe = format!(
-        "{}({}, on: [{}]{})",
+        "{}({}, on: [{}]{}{state})",
         if temporal { "TemporalJoin" } else { "HashJoin" },
         kind.sql_name(),
         on.join(", "),

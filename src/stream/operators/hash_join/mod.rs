@@ -18,7 +18,8 @@
 //! Watermarks do not pass: a stored row joined with a new one can carry any older time.
 //! Keys with a NULL never match (SQL's `=`).
 
-pub mod side;
+pub mod cleanup;
+mod side;
 
 use super::Operator;
 use crate::error::{EddyError, Result};
@@ -28,6 +29,7 @@ use arrow::array::{Array, ArrayRef, BooleanArray, RecordBatch, UInt32Array, new_
 use arrow::compute::take;
 use arrow::datatypes::{DataType, Field, Schema, SchemaRef};
 use arrow::row::{RowConverter, Rows, SortField};
+use cleanup::{CleanupIndex, StateCleanup};
 use datafusion::physical_expr::PhysicalExpr;
 use rocksdb::WriteBatch;
 use side::{Bytes, Entry, SideState};
@@ -108,6 +110,9 @@ pub struct JoinSpec {
     /// the moment and not kept; right-side changes update the lookup state and emit
     /// nothing (earlier output is never retracted). The left input is append-only.
     pub temporal: bool,
+    /// Per side, how its rows expire as the other side's watermark passes (both inputs
+    /// append-only).
+    pub cleanup: [Option<StateCleanup>; 2],
     /// The output's columns: both sides' (one side's for a semi or anti join).
     pub output: SchemaRef,
 }
@@ -138,6 +143,8 @@ pub struct HashJoin {
     /// table's rows may not all be there yet.
     held_for_lookup: Vec<StreamChunk>,
     looked_up_since_start: bool,
+    /// Per side with a state cleanup, its rows by bound.
+    expiry: [Option<CleanupIndex>; 2],
 }
 
 impl HashJoin {
@@ -167,6 +174,10 @@ impl HashJoin {
                 .map(|f| Field::new(f.name(), f.data_type().clone(), true))
                 .collect::<Vec<_>>(),
         ));
+        let expiry = [
+            spec.cleanup[0].clone().map(CleanupIndex::new).transpose()?,
+            spec.cleanup[1].clone().map(CleanupIndex::new).transpose()?,
+        ];
         Ok(Self {
             output_keyed: spec.output_keyed(),
             spec,
@@ -176,6 +187,7 @@ impl HashJoin {
             sides: [SideState::default(), SideState::default()],
             held_for_lookup: Vec::new(),
             looked_up_since_start: false,
+            expiry,
         })
     }
 
@@ -264,6 +276,11 @@ impl HashJoin {
         let keeps_theirs = self.spec.kind.keeps_unmatched(other);
         let tracks_mine = self.spec.kind.tracks_degree(side);
         let mut out = Output::new(side, self.output_keyed, self.spec.kind.shown_alone());
+        let bounds = match &self.expiry[side] {
+            Some(index) => Some(index.bounds(batch)?),
+            None => None,
+        };
+        let mut expiring = Vec::new();
         let [left, right] = &mut self.sides;
         let (mine, theirs) = if side == 0 {
             (left, right)
@@ -336,6 +353,9 @@ impl HashJoin {
                     }
                 }
                 if inserting {
+                    if let Some(Some(bound)) = bounds.as_ref().map(|b| &b[row]) {
+                        expiring.push((bound.clone(), join_key.clone(), id.clone()));
+                    }
                     let degree = if side == shown {
                         matched.len() as u64
                     } else {
@@ -391,6 +411,9 @@ impl HashJoin {
                 );
             }
             if inserting && !(self.spec.temporal && side == 0) {
+                if let Some(Some(bound)) = bounds.as_ref().map(|b| &b[row]) {
+                    expiring.push((bound.clone(), join_key.clone(), id.clone()));
+                }
                 let degree = if tracks_mine { matched.len() as u64 } else { 0 };
                 mine.insert(
                     join_key,
@@ -400,6 +423,11 @@ impl HashJoin {
                         degree,
                     },
                 );
+            }
+        }
+        if let Some(index) = &mut self.expiry[side] {
+            for (bound, join_key, id) in expiring {
+                index.add(bound, join_key, id);
             }
         }
         out.finish(self, batch)
@@ -566,12 +594,21 @@ impl Operator for HashJoin {
         }
     }
 
-    /// Watermarks stop here: a stored row joined with a new one keeps its older time.
+    /// A watermark of one input expires the other side's rows it bounds. Watermarks
+    /// stop here: a stored row joined with a new one keeps its older time.
     fn on_input_watermark(
         &mut self,
-        _input: usize,
-        _watermark: Watermark,
+        input: usize,
+        watermark: Watermark,
     ) -> Result<super::WatermarkOutput> {
+        let side = 1 - input.min(1);
+        if let Some(index) = &mut self.expiry[side]
+            && index.watermark_column() == watermark.column
+        {
+            for (join_key, id) in index.expired(&watermark.value)? {
+                self.sides[side].remove(&join_key, &id);
+            }
+        }
         Ok((vec![], vec![]))
     }
 
@@ -602,6 +639,25 @@ impl Operator for HashJoin {
     fn restore(&mut self, tables: &[OperatorState]) -> Result<()> {
         for (i, (side, table)) in self.sides.iter_mut().zip(tables).enumerate() {
             side.restore(table, !self.spec.keyed_inputs[i])?;
+        }
+        // The restored rows expire as they would have.
+        for side in 0..2 {
+            let Some(index) = &mut self.expiry[side] else {
+                continue;
+            };
+            let entries = self.sides[side].entries();
+            if entries.is_empty() {
+                continue;
+            }
+            let parser = self.row_codecs[side].parser();
+            let columns = self.row_codecs[side]
+                .convert_rows(entries.iter().map(|(_, _, row)| parser.parse(row)))?;
+            let batch = RecordBatch::try_new(self.spec.inputs[side].clone(), columns)?;
+            for (bound, (join_key, id, _)) in index.bounds(&batch)?.into_iter().zip(entries) {
+                if let Some(bound) = bound {
+                    index.add(bound, join_key, id);
+                }
+            }
         }
         Ok(())
     }

@@ -101,6 +101,18 @@ impl SideState {
         self.dirty.insert((join_key.into(), id.into()));
     }
 
+    /// Every stored row: its join key, id and encoded values.
+    pub fn entries(&self) -> Vec<(Bytes, Bytes, Bytes)> {
+        self.keys
+            .iter()
+            .flat_map(|(join_key, rows)| {
+                rows.rows
+                    .iter()
+                    .map(|(id, e)| (join_key.clone(), id.clone(), e.row.clone()))
+            })
+            .collect()
+    }
+
     /// Writes the entries changed since the last barrier.
     pub fn checkpoint(&mut self, table: &OperatorState, batch: &mut WriteBatch) {
         let mut key = Vec::new();

@@ -55,6 +55,7 @@ fn spec(kind: JoinKind, keyed: bool, with_filter: bool) -> JoinSpec {
         filter,
         nulls_equal: false,
         temporal: false,
+        cleanup: [None, None],
         output,
     }
 }
@@ -362,4 +363,59 @@ fn temporal_join_looks_up_the_table_and_never_retracts() {
     // Only the table's rows are kept.
     h.barrier();
     assert_eq!(h.state_entries(), 1);
+}
+
+#[test]
+fn rows_expire_when_the_other_sides_watermark_passes_their_bound() {
+    use crate::stream::operators::hash_join::cleanup::StateCleanup;
+    // Left rows match right rows whose id is at most the left id + 5.
+    let mut spec = spec(JoinKind::Inner, false, false);
+    let bound = Arc::new(BinaryExpr::new(
+        Arc::new(Column::new("id", 0)),
+        BinaryOp::Plus,
+        Arc::new(datafusion::physical_expr::expressions::Literal::new(
+            ScalarValue::Int64(Some(5)),
+        )),
+    ));
+    spec.cleanup = [
+        Some(StateCleanup {
+            watermark_column: 0,
+            bound,
+            bound_type: DataType::Int64,
+            describe: "right.id <= left.id + 5".into(),
+        }),
+        None,
+    ];
+    let mut h = harness(spec);
+    let row = |id, k: i64| (Op::Insert, (id, Some(k), format!("r{id}")));
+    h.push(0, side_chunk(0, false, &[row(1, 7), row(10, 7), row(3, 8)]));
+    h.barrier();
+    assert_eq!(h.state_entries(), 3);
+    // Right ids below 7 will not come: left rows 1 (bound 6) goes, 3 (bound 8) stays.
+    let watermark = |v| Watermark {
+        column: 0,
+        value: ScalarValue::Int64(Some(v)),
+    };
+    h.watermark(1, watermark(7));
+    h.barrier();
+    assert_eq!(h.state_entries(), 2);
+    // A watermark of the left input, or of another right column, expires nothing.
+    h.watermark(0, watermark(100));
+    h.watermark(
+        1,
+        Watermark {
+            column: 1,
+            value: ScalarValue::Int64(Some(100)),
+        },
+    );
+    h.barrier();
+    assert_eq!(h.state_entries(), 2);
+    // After a restart the restored rows still expire.
+    h.restart();
+    let out = h.push(1, side_chunk(1, false, &[row(8, 8)]));
+    assert_eq!(rows_text(&out), vec!["+ 3, 8, r3, 8, 8, r8"]);
+    h.watermark(1, watermark(9));
+    h.barrier();
+    // Left row 3 (bound 8) went; left row 10 and the right row stay.
+    assert_eq!(h.state_entries(), 2);
 }
