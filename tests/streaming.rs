@@ -358,6 +358,14 @@ const NEXMARK_VIEWS: &[(&str, &str, Option<&str>)] = &[
          GROUP BY auction, window_start, window_end EMIT ON WINDOW CLOSE",
         Some(TUMBLE_REFERENCE),
     ),
+    // Cumulating windows (1 s steps up to 3 s), emitted when they close.
+    (
+        "cumulate_eowc",
+        "SELECT auction, window_start, window_end, count(*) AS n \
+         FROM CUMULATE(s, date_time, INTERVAL '1' SECOND, INTERVAL '3' SECOND) \
+         GROUP BY auction, window_start, window_end EMIT ON WINDOW CLOSE",
+        Some(CUMULATE_REFERENCE),
+    ),
     // Nexmark q19: the ten highest bids of each auction (ties broken by every other
     // column, so that tied rows are identical and any choice among them gives the
     // same rows).
@@ -393,6 +401,15 @@ const NEXMARK_VIEWS: &[(&str, &str, Option<&str>)] = &[
 const TUMBLE_REFERENCE: &str = "SELECT auction, date_bin(INTERVAL '1' SECOND, date_time, TIMESTAMP '1970-01-01 00:00:00') AS window_start, \
              date_bin(INTERVAL '1' SECOND, date_time, TIMESTAMP '1970-01-01 00:00:00') + INTERVAL '1' SECOND AS window_end, \
              count(*) AS n FROM s GROUP BY 1, 2, 3";
+
+const CUMULATE_REFERENCE: &str = "SELECT auction, ws AS window_start, we AS window_end, count(*) AS n FROM ( \
+             SELECT auction, date_bin(INTERVAL '3' SECOND, date_time, TIMESTAMP '1970-01-01 00:00:00') AS ws, \
+               date_bin(INTERVAL '3' SECOND, date_time, TIMESTAMP '1970-01-01 00:00:00') + INTERVAL '1' SECOND AS we, date_time FROM s \
+             UNION ALL SELECT auction, date_bin(INTERVAL '3' SECOND, date_time, TIMESTAMP '1970-01-01 00:00:00'), \
+               date_bin(INTERVAL '3' SECOND, date_time, TIMESTAMP '1970-01-01 00:00:00') + INTERVAL '2' SECOND, date_time FROM s \
+             UNION ALL SELECT auction, date_bin(INTERVAL '3' SECOND, date_time, TIMESTAMP '1970-01-01 00:00:00'), \
+               date_bin(INTERVAL '3' SECOND, date_time, TIMESTAMP '1970-01-01 00:00:00') + INTERVAL '3' SECOND, date_time FROM s \
+             ) w WHERE we > date_time GROUP BY auction, ws, we";
 
 const HOP_REFERENCE: &str = "SELECT ws AS window_start, count(*) AS n, max(price) AS top FROM ( \
              SELECT date_bin(INTERVAL '1' SECOND, date_time, TIMESTAMP '1970-01-01 00:00:00') AS ws, price FROM s \

@@ -54,9 +54,12 @@ pub fn register(ctx: &SessionContext) {
     ] {
         ctx.register_udf(null_text(name));
     }
-    ctx.register_udf(ScalarUDF::new_from_impl(HopWindowStarts {
-        signature: Signature::variadic_any(Volatility::Immutable),
-    }));
+    for kind in [WindowList::HopStarts, WindowList::CumulateEnds] {
+        ctx.register_udf(ScalarUDF::new_from_impl(WindowBounds {
+            kind,
+            signature: Signature::variadic_any(Volatility::Immutable),
+        }));
+    }
     // Marks the table of a temporal join; volatile so that it is never folded away.
     ctx.register_udf(create_udf(
         crate::stream::planner::TEMPORAL_JOIN_MARKER,
@@ -254,19 +257,63 @@ fn scalar_json(v: &ScalarValue) -> serde_json::Value {
     }
 }
 
-/// `hop_window_starts(ts, slide, size [, offset])`: the starts of every hopping window of
-/// `size`, sliding by `slide` (aligned to the Unix epoch plus `offset`), that contains
-/// `ts`, in ascending order. `HOP(...)` in `FROM` is rewritten to unnest it.
+/// The windows a time falls in, as a list per row (unnested by the window rewrites):
+/// `hop_window_starts(ts, slide, size [, offset])` gives the start of every hopping
+/// window holding `ts`; `cumulate_window_ends(ts, step, size [, offset])` the end of every
+/// cumulating window holding it (windows that start where `ts`'s `size` window starts
+/// and grow by `step`).
 #[derive(Debug, PartialEq, Eq, Hash)]
-struct HopWindowStarts {
+struct WindowBounds {
+    kind: WindowList,
     signature: Signature,
 }
 
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+enum WindowList {
+    HopStarts,
+    CumulateEnds,
+}
+
+impl WindowList {
+    fn window(self) -> &'static str {
+        match self {
+            WindowList::HopStarts => "HOP",
+            WindowList::CumulateEnds => "CUMULATE",
+        }
+    }
+
+    /// Pushes the windows of `ts` (microseconds) for a step (slide) and size.
+    fn push(self, ts: i64, step: i64, size: i64, offset: i64, out: &mut Vec<i64>) {
+        match self {
+            WindowList::HopStarts => {
+                let last = (ts - offset).div_euclid(step) * step + offset;
+                let mut first = last;
+                while first - step + size > ts {
+                    first -= step;
+                }
+                let mut w = first;
+                while w <= last {
+                    out.push(w);
+                    w += step;
+                }
+            }
+            WindowList::CumulateEnds => {
+                let start = (ts - offset).div_euclid(size) * size + offset;
+                let mut end = start + ((ts - start).div_euclid(step) + 1) * step;
+                while end <= start + size {
+                    out.push(end);
+                    end += step;
+                }
+            }
+        }
+    }
+}
+
 /// An interval argument in microseconds; months have no fixed length and are refused.
-fn interval_micros(v: &ColumnarValue, what: &str) -> datafusion::common::Result<i64> {
+fn interval_micros(v: &ColumnarValue, what: &str, window: &str) -> datafusion::common::Result<i64> {
     let ColumnarValue::Scalar(s) = v else {
         return datafusion::common::plan_err!(
-            "the {what} of a HOP window must be a constant interval"
+            "the {what} of a {window} window must be a constant interval"
         );
     };
     match s.cast_to(&DataType::Interval(
@@ -276,14 +323,17 @@ fn interval_micros(v: &ColumnarValue, what: &str) -> datafusion::common::Result<
             Ok(i.days as i64 * 86_400_000_000 + i.nanoseconds / 1000)
         }
         _ => datafusion::common::plan_err!(
-            "the {what} of a HOP window must be a fixed interval (days, hours, minutes, seconds)"
+            "the {what} of a {window} window must be a fixed interval (days, hours, minutes, seconds)"
         ),
     }
 }
 
-impl ScalarUDFImpl for HopWindowStarts {
+impl ScalarUDFImpl for WindowBounds {
     fn name(&self) -> &str {
-        "hop_window_starts"
+        match self.kind {
+            WindowList::HopStarts => "hop_window_starts",
+            WindowList::CumulateEnds => "cumulate_window_ends",
+        }
     }
 
     fn signature(&self) -> &Signature {
@@ -295,7 +345,12 @@ impl ScalarUDFImpl for HopWindowStarts {
             Some(DataType::Timestamp(_, tz)) => {
                 DataType::Timestamp(arrow::datatypes::TimeUnit::Microsecond, tz.clone())
             }
-            _ => return datafusion::common::plan_err!("HOP needs a timestamp column"),
+            _ => {
+                return datafusion::common::plan_err!(
+                    "{} needs a timestamp column",
+                    self.kind.window()
+                );
+            }
         };
         Ok(DataType::List(Arc::new(
             arrow::datatypes::Field::new_list_field(item, true),
@@ -306,14 +361,20 @@ impl ScalarUDFImpl for HopWindowStarts {
         &self,
         args: ScalarFunctionArgs,
     ) -> datafusion::common::Result<ColumnarValue> {
-        let slide = interval_micros(&args.args[1], "slide")?;
-        let size = interval_micros(&args.args[2], "size")?;
+        let window = self.kind.window();
+        let step = interval_micros(&args.args[1], "step", window)?;
+        let size = interval_micros(&args.args[2], "size", window)?;
         let offset = match args.args.get(3) {
-            Some(o) => interval_micros(o, "offset")?,
+            Some(o) => interval_micros(o, "offset", window)?,
             None => 0,
         };
-        if slide <= 0 || size <= 0 {
-            return datafusion::common::plan_err!("HOP slide and size must be positive");
+        if step <= 0 || size <= 0 {
+            return datafusion::common::plan_err!("{window} step and size must be positive");
+        }
+        if self.kind == WindowList::CumulateEnds && size % step != 0 {
+            return datafusion::common::plan_err!(
+                "the size of a CUMULATE window must be a multiple of its step"
+            );
         }
         let item_type = match self.return_type(&[args.args[0].data_type()])? {
             DataType::List(f) => f.data_type().clone(),
@@ -333,17 +394,8 @@ impl ScalarUDFImpl for HopWindowStarts {
                 nulls.push(false);
             } else {
                 nulls.push(true);
-                let ts = times.value(i);
-                let last = (ts - offset).div_euclid(slide) * slide + offset;
-                let mut first = last;
-                while first - slide + size > ts {
-                    first -= slide;
-                }
-                let mut w = first;
-                while w <= last {
-                    starts.push(w);
-                    w += slide;
-                }
+                self.kind
+                    .push(times.value(i), step, size, offset, &mut starts);
             }
             offsets.push(starts.len() as i32);
         }

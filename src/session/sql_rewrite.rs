@@ -20,6 +20,9 @@
 //!   queries and streaming jobs both plan it with no special operator.
 //! - `HOP(relation, time_col, slide, size [, offset])`: every row once per hopping window
 //!   it falls in, by unnesting `hop_window_starts(...)`.
+//! - `CUMULATE(relation, time_col, step, size [, offset])` (Flink's cumulating windows):
+//!   every row once per window of its `size` window's start that holds it, those windows
+//!   ending every `step`, by unnesting `cumulate_window_ends(...)`.
 //! - `unnest(indkey)` / `generate_subscripts(indkey, 1)`: `pg_index.indkey` is an
 //!   `int2vector` in PostgreSQL but text (`"1 2"`) in the catalog tables, so it is split
 //!   into a `smallint[]` first.
@@ -32,7 +35,7 @@ use datafusion::sql::sqlparser::dialect::{DuckDbDialect, PostgreSqlDialect};
 use datafusion::sql::sqlparser::parser::Parser;
 use std::ops::ControlFlow;
 
-use super::token_rewrites::{FLINK_HOP, FLINK_TUMBLE};
+use super::token_rewrites::{FLINK_CUMULATE, FLINK_HOP, FLINK_TUMBLE};
 
 pub fn rewrite(statement: &mut Statement) {
     let _ = statement.visit(&mut ArraySubquery);
@@ -371,7 +374,8 @@ impl VisitorMut for WindowFunctions {
         };
         let function = name.to_string().to_ascii_lowercase();
         // Flink's form (see `flink_windows`) also has `window_time`: the end less 1 ms.
-        let window_time = if function == FLINK_TUMBLE || function == FLINK_HOP {
+        let window_time = if [FLINK_TUMBLE, FLINK_HOP, FLINK_CUMULATE].contains(&function.as_str())
+        {
             ", window_end - INTERVAL '1' MILLISECOND AS window_time"
         } else {
             ""
@@ -379,6 +383,7 @@ impl VisitorMut for WindowFunctions {
         let function = match function.as_str() {
             FLINK_TUMBLE => "tumble",
             FLINK_HOP => "hop",
+            FLINK_CUMULATE => "cumulate",
             other => other,
         };
         let (relation, sql) = match (function, args.as_slice()) {
@@ -412,6 +417,21 @@ impl VisitorMut for WindowFunctions {
                     "SELECT *, window_start + {size} AS window_end{} FROM \
                      (SELECT *, unnest(hop_window_starts({time}, {slide}, {size}{offset})) AS window_start FROM {relation}) AS hop_inner",
                     window_time.replace("window_end", &format!("(window_start + {size})"))
+                );
+                (relation, sql)
+            }
+            ("cumulate", [relation, time, step, size, rest @ ..]) if rest.len() <= 1 => {
+                let (offset, origin) = match rest.first() {
+                    Some(o) => (
+                        format!(", {o}"),
+                        format!("(TIMESTAMP '1970-01-01 00:00:00' + {o})"),
+                    ),
+                    None => (String::new(), "TIMESTAMP '1970-01-01 00:00:00'".to_string()),
+                };
+                let sql = format!(
+                    "SELECT *{window_time} FROM \
+                     (SELECT *, date_bin({size}, {time}, {origin}) AS window_start, \
+                      unnest(cumulate_window_ends({time}, {step}, {size}{offset})) AS window_end FROM {relation}) AS cumulate_inner"
                 );
                 (relation, sql)
             }

@@ -10,7 +10,8 @@
 //! Eddy plans (RisingWave's form, `TUMBLE(bid, date_time, INTERVAL '10' SECOND)`), under
 //! a name that also adds Flink's `window_time` column (the window's end less a
 //! millisecond). Working on tokens leaves strings, comments and quoted names as they
-//! were. `CUMULATE` and `SESSION` are recognised and refused, as not supported yet.
+//! were. `CUMULATE(TABLE t, DESCRIPTOR(ts), step, size)` becomes `CUMULATE(t, ts, step,
+//! size)`; `SESSION` is recognised and refused, as not supported yet.
 
 use super::{Cursor, is_word, trim};
 use crate::error::{EddyError, Result};
@@ -20,6 +21,8 @@ use datafusion::sql::sqlparser::tokenizer::{Token, Whitespace};
 pub const FLINK_TUMBLE: &str = "__eddy_flink_tumble";
 /// The window function a Flink `HOP` becomes.
 pub const FLINK_HOP: &str = "__eddy_flink_hop";
+/// The window function a Flink `CUMULATE` becomes.
+pub const FLINK_CUMULATE: &str = "__eddy_flink_cumulate";
 
 /// A Flink window call starting at `start` (`TABLE(<fn>(TABLE ...`): its replacement and
 /// the index after it.
@@ -45,7 +48,7 @@ pub(super) fn window_call(tokens: &[Token], start: usize) -> Result<Option<(Vec<
         ))
     };
     let relation = c.until_separator(Some("PARTITION"));
-    if is_word(c.peek(), "PARTITION") || function == "SESSION" || function == "CUMULATE" {
+    if is_word(c.peek(), "PARTITION") || function == "SESSION" {
         return Err(EddyError::not_supported(format!(
             "{function} windows are not supported yet"
         )));
@@ -65,10 +68,10 @@ pub(super) fn window_call(tokens: &[Token], start: usize) -> Result<Option<(Vec<
     if !c.token(&Token::RParen) || !c.token(&Token::RParen) {
         return Err(malformed());
     }
-    let name = if function == "TUMBLE" {
-        FLINK_TUMBLE
-    } else {
-        FLINK_HOP
+    let name = match function.as_str() {
+        "TUMBLE" => FLINK_TUMBLE,
+        "HOP" => FLINK_HOP,
+        _ => FLINK_CUMULATE,
     };
     let mut out = vec![Token::make_word(name, None), Token::LParen];
     for (i, part) in [relation, column].into_iter().chain(arguments).enumerate() {
