@@ -328,11 +328,13 @@ async fn recovery_from_a_local_state_store_alone_after_losing_the_data_dir() {
         lose_data_dir_before: Some(2),
     })
     .await;
+    // Three are kept; the server stopped by SIGKILL at the end of the loop may have
+    // uploaded a fourth before collecting the oldest.
     let manifests = std::fs::read_dir(store.path().join("manifests"))
         .unwrap()
         .count();
     assert!(
-        (1..=3).contains(&manifests),
+        (1..=4).contains(&manifests),
         "old checkpoints are collected: {manifests} manifests kept"
     );
 }

@@ -54,6 +54,9 @@ pub fn register(ctx: &SessionContext) {
     ] {
         ctx.register_udf(null_text(name));
     }
+    for f in super::session_windows::functions() {
+        ctx.register_udwf(f);
+    }
     for kind in [WindowList::HopStarts, WindowList::CumulateEnds] {
         ctx.register_udf(ScalarUDF::new_from_impl(WindowBounds {
             kind,

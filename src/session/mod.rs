@@ -16,6 +16,7 @@ mod failover;
 mod functions;
 pub mod materialized_views;
 mod pg_semantics;
+mod session_windows;
 mod show;
 mod sinks;
 mod sources;

@@ -23,6 +23,9 @@
 //! - `CUMULATE(relation, time_col, step, size [, offset])` (Flink's cumulating windows):
 //!   every row once per window of its `size` window's start that holds it, those windows
 //!   ending every `step`, by unnesting `cumulate_window_ends(...)`.
+//! - `SESSION(relation, time_col, gap [, partition keys])`: each row with its session's
+//!   `window_start` and `window_end`, computed by the `session_start`/`session_end` window
+//!   functions ([`super::session_windows`]).
 //! - `unnest(indkey)` / `generate_subscripts(indkey, 1)`: `pg_index.indkey` is an
 //!   `int2vector` in PostgreSQL but text (`"1 2"`) in the catalog tables, so it is split
 //!   into a `smallint[]` first.
@@ -35,7 +38,7 @@ use datafusion::sql::sqlparser::dialect::{DuckDbDialect, PostgreSqlDialect};
 use datafusion::sql::sqlparser::parser::Parser;
 use std::ops::ControlFlow;
 
-use super::token_rewrites::{FLINK_CUMULATE, FLINK_HOP, FLINK_TUMBLE};
+use super::token_rewrites::{FLINK_CUMULATE, FLINK_HOP, FLINK_SESSION, FLINK_TUMBLE};
 
 pub fn rewrite(statement: &mut Statement) {
     let _ = statement.visit(&mut ArraySubquery);
@@ -374,7 +377,8 @@ impl VisitorMut for WindowFunctions {
         };
         let function = name.to_string().to_ascii_lowercase();
         // Flink's form (see `flink_windows`) also has `window_time`: the end less 1 ms.
-        let window_time = if [FLINK_TUMBLE, FLINK_HOP, FLINK_CUMULATE].contains(&function.as_str())
+        let window_time = if [FLINK_TUMBLE, FLINK_HOP, FLINK_CUMULATE, FLINK_SESSION]
+            .contains(&function.as_str())
         {
             ", window_end - INTERVAL '1' MILLISECOND AS window_time"
         } else {
@@ -384,6 +388,7 @@ impl VisitorMut for WindowFunctions {
             FLINK_TUMBLE => "tumble",
             FLINK_HOP => "hop",
             FLINK_CUMULATE => "cumulate",
+            FLINK_SESSION => "session",
             other => other,
         };
         let (relation, sql) = match (function, args.as_slice()) {
@@ -432,6 +437,20 @@ impl VisitorMut for WindowFunctions {
                     "SELECT *{window_time} FROM \
                      (SELECT *, date_bin({size}, {time}, {origin}) AS window_start, \
                       unnest(cumulate_window_ends({time}, {step}, {size}{offset})) AS window_end FROM {relation}) AS cumulate_inner"
+                );
+                (relation, sql)
+            }
+            ("session", [relation, time, gap, keys @ ..]) => {
+                let partition = if keys.is_empty() {
+                    String::new()
+                } else {
+                    format!("PARTITION BY {} ", keys.join(", "))
+                };
+                let over = format!("OVER ({partition}ORDER BY {time})");
+                let sql = format!(
+                    "SELECT *{window_time} FROM \
+                     (SELECT *, session_start({time}, {gap}) {over} AS window_start, \
+                      session_end({time}, {gap}) {over} AS window_end FROM {relation}) AS session_inner"
                 );
                 (relation, sql)
             }

@@ -8,7 +8,7 @@
 mod temporal;
 mod windows;
 
-pub use windows::{FLINK_CUMULATE, FLINK_HOP, FLINK_TUMBLE};
+pub use windows::{FLINK_CUMULATE, FLINK_HOP, FLINK_SESSION, FLINK_TUMBLE};
 
 use crate::error::Result;
 use datafusion::sql::sqlparser::dialect::PostgreSqlDialect;

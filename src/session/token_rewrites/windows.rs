@@ -11,7 +11,8 @@
 //! a name that also adds Flink's `window_time` column (the window's end less a
 //! millisecond). Working on tokens leaves strings, comments and quoted names as they
 //! were. `CUMULATE(TABLE t, DESCRIPTOR(ts), step, size)` becomes `CUMULATE(t, ts, step,
-//! size)`; `SESSION` is recognised and refused, as not supported yet.
+//! size)`; `SESSION(TABLE t [PARTITION BY k], DESCRIPTOR(ts), gap)` becomes
+//! `__eddy_flink_session(t, ts, gap, k)`.
 
 use super::{Cursor, is_word, trim};
 use crate::error::{EddyError, Result};
@@ -23,6 +24,8 @@ pub const FLINK_TUMBLE: &str = "__eddy_flink_tumble";
 pub const FLINK_HOP: &str = "__eddy_flink_hop";
 /// The window function a Flink `CUMULATE` becomes.
 pub const FLINK_CUMULATE: &str = "__eddy_flink_cumulate";
+/// The window function a Flink `SESSION` becomes: (relation, time, gap, partition keys).
+pub const FLINK_SESSION: &str = "__eddy_flink_session";
 
 /// A Flink window call starting at `start` (`TABLE(<fn>(TABLE ...`): its replacement and
 /// the index after it.
@@ -48,12 +51,31 @@ pub(super) fn window_call(tokens: &[Token], start: usize) -> Result<Option<(Vec<
         ))
     };
     let relation = c.until_separator(Some("PARTITION"));
-    if is_word(c.peek(), "PARTITION") || function == "SESSION" {
-        return Err(EddyError::not_supported(format!(
-            "{function} windows are not supported yet"
-        )));
+    // SESSION's partition keys: `PARTITION BY a, b` or `PARTITION BY (a, b)`.
+    let mut partition_keys = Vec::new();
+    if c.word("PARTITION") {
+        if function != "SESSION" || !c.word("BY") {
+            return Err(malformed());
+        }
+        while !is_word(c.peek(), "DESCRIPTOR") {
+            match c.peek() {
+                Some(Token::LParen | Token::RParen | Token::Comma) => {
+                    c.next();
+                }
+                Some(_) => {
+                    let key = c.until_separator(Some("DESCRIPTOR"));
+                    if key.is_empty() {
+                        return Err(malformed());
+                    }
+                    partition_keys.push(key);
+                }
+                None => return Err(malformed()),
+            }
+        }
+    } else if !c.token(&Token::Comma) {
+        return Err(malformed());
     }
-    if !c.token(&Token::Comma) || !c.word("DESCRIPTOR") || !c.token(&Token::LParen) {
+    if !c.word("DESCRIPTOR") || !c.token(&Token::LParen) {
         return Err(malformed());
     }
     let column = c.until_separator(None);
@@ -71,10 +93,15 @@ pub(super) fn window_call(tokens: &[Token], start: usize) -> Result<Option<(Vec<
     let name = match function.as_str() {
         "TUMBLE" => FLINK_TUMBLE,
         "HOP" => FLINK_HOP,
-        _ => FLINK_CUMULATE,
+        "CUMULATE" => FLINK_CUMULATE,
+        _ => FLINK_SESSION,
     };
     let mut out = vec![Token::make_word(name, None), Token::LParen];
-    for (i, part) in [relation, column].into_iter().chain(arguments).enumerate() {
+    let parts = [relation, column]
+        .into_iter()
+        .chain(arguments)
+        .chain(partition_keys);
+    for (i, part) in parts.enumerate() {
         if i > 0 {
             out.extend([Token::Comma, Token::Whitespace(Whitespace::Space)]);
         }
@@ -117,12 +144,10 @@ mod tests {
 
     #[test]
     fn unsupported_and_malformed_calls_are_errors() {
-        let session = "SELECT * FROM TABLE(SESSION(TABLE bid PARTITION BY bidder, DESCRIPTOR(date_time), INTERVAL '10' SECOND))";
-        assert!(
-            rewrite(session)
-                .unwrap_err()
-                .to_string()
-                .contains("SESSION windows are not supported")
+        let session = "SELECT * FROM TABLE(SESSION(TABLE bid PARTITION BY (bidder, auction), DESCRIPTOR(date_time), INTERVAL '10' SECOND))";
+        assert_eq!(
+            rewrite(session).unwrap().unwrap(),
+            "SELECT * FROM __eddy_flink_session(bid, date_time, INTERVAL '10' SECOND, bidder, auction)"
         );
         let malformed = "SELECT * FROM TABLE(TUMBLE(TABLE bid DESCRIPTOR(date_time)))";
         assert!(
