@@ -385,3 +385,54 @@ async fn nexmark_queries_match_batch_results() {
         assert_same(name, &streamed, &expected);
     }
 }
+
+/// Nexmark q11 in Flink's form (each bidder's sessions of bids less than 10 s apart), as
+/// a view emitted when each session closes and as one kept up to date: once the
+/// source is exhausted both hold the same sessions. (DataFusion has no session windows
+/// to compare with; the session functions themselves are checked in
+/// `sql-tests/session_windows.slt`.)
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn nexmark_q11_sessions_on_close_equal_sessions_kept_up_to_date() {
+    let server = TestServer::start();
+    let client = server.connect().await;
+    client
+        .batch_execute("SET streaming_parallelism = 2")
+        .await
+        .unwrap();
+    let (_, create, _) = sources().pop().expect("the bid source");
+    client.batch_execute(&create).await.unwrap();
+    let q11 = "SELECT bidder, count(*) AS bid_count, window_start AS starttime, window_end AS endtime \
+               FROM TABLE(SESSION(TABLE bid PARTITION BY bidder, DESCRIPTOR(date_time), INTERVAL '10' SECOND)) \
+               GROUP BY bidder, window_start, window_end";
+    client
+        .batch_execute(&format!(
+            "CREATE MATERIALIZED VIEW q11 AS {q11} EMIT ON WINDOW CLOSE;
+             CREATE MATERIALIZED VIEW q11_updating AS {q11};"
+        ))
+        .await
+        .unwrap();
+    let deadline = Instant::now() + Duration::from_secs(300);
+    loop {
+        let jobs = view_rows(&client, "SELECT name, state, error FROM eddy_catalog.jobs").await;
+        for j in &jobs {
+            assert_ne!(j[1], "failed", "job {} failed: {}", j[0], j[2]);
+        }
+        if jobs.len() == 2 && jobs.iter().all(|j| j[1] == "finished") {
+            break;
+        }
+        assert!(Instant::now() < deadline, "jobs did not finish: {jobs:?}");
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    let closed = view_rows(&client, "SELECT * FROM q11").await;
+    let updating = view_rows(&client, "SELECT * FROM q11_updating").await;
+    assert!(closed.len() > 100, "sessions: {}", closed.len());
+    assert_eq!(closed, updating);
+    // Every bid is in exactly one session.
+    let bids = view_rows(&client, "SELECT sum(bid_count) FROM q11").await;
+    let read = view_rows(
+        &client,
+        "SELECT rows_read FROM eddy_catalog.jobs WHERE name = 'q11'",
+    )
+    .await;
+    assert_eq!(bids, read);
+}

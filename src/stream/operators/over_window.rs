@@ -39,6 +39,10 @@ pub struct OverWindowSpec {
     pub input: SchemaRef,
     /// The input's columns, then one per function.
     pub output: SchemaRef,
+    /// Input columns whose watermark holds for an output column, as (input, output):
+    /// a session's end over an append-only input (a session ending before the input's
+    /// watermark can never grow again).
+    pub watermarks: Vec<(usize, usize)>,
 }
 
 pub struct OverWindow {
@@ -273,9 +277,24 @@ impl Operator for OverWindow {
         Ok(vec![])
     }
 
-    /// Output rows change long after their input row came: no watermark holds for them.
-    fn on_watermark(&mut self, _watermark: Watermark) -> Result<super::WatermarkOutput> {
-        Ok((vec![], vec![]))
+    /// Output rows change long after their input row came, so watermarks stop here,
+    /// except those the planner maps to an output column (a session's end): the changes
+    /// so far are emitted first, so none comes after the watermark it precedes.
+    fn on_watermark(&mut self, watermark: Watermark) -> Result<super::WatermarkOutput> {
+        let outputs: Vec<Watermark> = self
+            .spec
+            .watermarks
+            .iter()
+            .filter(|(input, _)| *input == watermark.column)
+            .map(|(_, output)| Watermark {
+                column: *output,
+                value: watermark.value.clone(),
+            })
+            .collect();
+        if outputs.is_empty() {
+            return Ok((vec![], vec![]));
+        }
+        Ok((self.emit_changes()?, outputs))
     }
 
     fn on_barrier(&mut self) -> Result<Vec<StreamChunk>> {

@@ -278,6 +278,7 @@ mod over_window {
             functions: vec![function],
             input,
             output,
+            watermarks: vec![],
         }
     }
 

@@ -50,6 +50,21 @@ pub(super) fn window_node(window: &Window, ctx: &PlanContext) -> Result<Node> {
         return Err(unsupported("a window without functions"));
     };
     let input = visit(&window.input, ctx)?.finish()?;
+    // A session's end over an append-only input carries the input time's watermark.
+    let input_watermarks = input.watermarks();
+    let mut watermarks = Vec::new();
+    if !input.keyed() {
+        for (i, e) in window.window_expr.iter().enumerate() {
+            if let Expr::WindowFunction(f) = unalias(e)
+                && f.fun.name() == "session_end"
+                && let Some(Expr::Column(c)) = f.params.args.first()
+                && let Ok(index) = schema.index_of_column(c)
+                && input_watermarks.contains(&index)
+            {
+                watermarks.push((index, schema.fields().len() + i));
+            }
+        }
+    }
     let partition = partition_by
         .iter()
         .map(|e| super::physical(e, schema))
@@ -97,6 +112,7 @@ pub(super) fn window_node(window: &Window, ctx: &PlanContext) -> Result<Node> {
         functions,
         input: Arc::new(schema.as_arrow().clone()),
         output: Arc::new(window.schema.as_arrow().clone()),
+        watermarks: watermarks.clone(),
     };
     let build: OperatorFactory =
         Arc::new(move || Ok(Box::new(OverWindow::new(spec.clone())?) as Box<dyn Operator>));
@@ -106,7 +122,7 @@ pub(super) fn window_node(window: &Window, ctx: &PlanContext) -> Result<Node> {
         key_types: partition_types,
         key_names: partition_names.join(", "),
         input: Box::new(input),
-        watermarks: vec![],
+        watermarks: watermarks.iter().map(|(_, output)| *output).collect(),
     })
 }
 
