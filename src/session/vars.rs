@@ -228,9 +228,10 @@ impl SessionVars {
                 }
                 "UTC".to_string()
             }
+            // 0 means the default, as in RisingWave.
             "streaming_parallelism" => {
                 let value = value.trim().to_ascii_lowercase();
-                if value != "default" && value.parse::<u32>().map(|n| n == 0).unwrap_or(true) {
+                if value != "default" && value.parse::<u32>().is_err() {
                     return Err(EddyError::new(
                         sqlstate::INVALID_PARAMETER_VALUE,
                         format!(

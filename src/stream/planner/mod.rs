@@ -797,7 +797,9 @@ fn agg_call(
     };
     let params = &f.params;
     let name_lower = f.func.name().to_ascii_lowercase();
-    if params.distinct && name_lower != "count" {
+    // DISTINCT changes nothing for min, max, bool_and and bool_or.
+    let distinct_is_moot = matches!(name_lower.as_str(), "min" | "max" | "bool_and" | "bool_or");
+    if params.distinct && name_lower != "count" && !distinct_is_moot {
         return Err(unsupported(&format!("{name_lower}(DISTINCT ...)")));
     }
     if !params.order_by.is_empty() {
@@ -812,8 +814,9 @@ fn agg_call(
     let kind = match name.as_str() {
         "count" => AggKind::Count,
         "sum" => AggKind::Sum,
-        "min" => AggKind::Min,
-        "max" => AggKind::Max,
+        // false < true: every value true is the least one true, any true the largest.
+        "min" | "bool_and" => AggKind::Min,
+        "max" | "bool_or" => AggKind::Max,
         "avg" | "mean" => AggKind::Avg,
         other => return Err(unsupported(&format!("aggregate function {other}"))),
     };
