@@ -129,6 +129,24 @@ const VIEWS: &[(&str, &str, Option<&str>, &str)] = &[
         ),
         "bid",
     ),
+    // Session windows per bidder (1 s gap): sessions merge as bids arrive, across kills.
+    // The reference numbers sessions with lag() and a running sum.
+    (
+        "bid_sessions",
+        "SELECT bidder, count(*) AS n, max(price) AS top \
+         FROM TABLE(SESSION(TABLE bid PARTITION BY bidder, DESCRIPTOR(date_time), INTERVAL '1' SECOND)) \
+         GROUP BY bidder, window_start, window_end",
+        Some(
+            "SELECT bidder, count(*) AS n, max(price) AS top FROM ( \
+               SELECT bidder, price, sum(brk) OVER (PARTITION BY bidder ORDER BY date_time ROWS UNBOUNDED PRECEDING) AS session \
+               FROM (SELECT bidder, price, date_time, \
+                       CASE WHEN date_time - lag(date_time) OVER (PARTITION BY bidder ORDER BY date_time) < INTERVAL '1' SECOND \
+                            THEN 0 ELSE 1 END AS brk \
+                     FROM bid) x) y \
+             GROUP BY bidder, session",
+        ),
+        "bid",
+    ),
     // A window function: each row's predecessor in its partition.
     (
         "gen_lag",

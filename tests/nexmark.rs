@@ -350,11 +350,20 @@ fn batch_windows(query: &str) -> String {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn nexmark_queries_match_batch_results() {
+async fn nexmark_queries_match_batch_results_at_parallelism_1() {
+    nexmark_queries_match_batch_results(1).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn nexmark_queries_match_batch_results_at_parallelism_4() {
+    nexmark_queries_match_batch_results(4).await;
+}
+
+async fn nexmark_queries_match_batch_results(parallelism: usize) {
     let server = TestServer::start();
     let client = server.connect().await;
     client
-        .batch_execute("SET streaming_parallelism = 2")
+        .batch_execute(&format!("SET streaming_parallelism = {parallelism}"))
         .await
         .unwrap();
     for (_, create, _) in sources() {
@@ -382,7 +391,11 @@ async fn nexmark_queries_match_batch_results() {
         let streamed = view_rows(&client, &format!("SELECT * FROM {name}")).await;
         let expected = batch(reference.unwrap_or(query)).await;
         assert!(!expected.is_empty(), "{name}: the batch query has rows");
-        assert_same(name, &streamed, &expected);
+        assert_same(
+            &format!("{name} at parallelism {parallelism}"),
+            &streamed,
+            &expected,
+        );
     }
 }
 
