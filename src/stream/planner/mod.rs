@@ -799,7 +799,7 @@ fn agg_call(
     let name_lower = f.func.name().to_ascii_lowercase();
     // DISTINCT changes nothing for min, max, bool_and and bool_or.
     let distinct_is_moot = matches!(name_lower.as_str(), "min" | "max" | "bool_and" | "bool_or");
-    if params.distinct && name_lower != "count" && !distinct_is_moot {
+    if params.distinct && !matches!(name_lower.as_str(), "count" | "sum") && !distinct_is_moot {
         return Err(unsupported(&format!("{name_lower}(DISTINCT ...)")));
     }
     if !params.order_by.is_empty() {
@@ -828,6 +828,7 @@ fn agg_call(
     let kind = match (kind, params.distinct, arg.is_some()) {
         (AggKind::Count, true, true) => AggKind::CountDistinct,
         (AggKind::Count, _, false) => AggKind::CountStar,
+        (AggKind::Sum, true, true) => AggKind::SumDistinct,
         (kind, _, _) => kind,
     };
     Ok(AggCall {

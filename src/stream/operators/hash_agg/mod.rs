@@ -43,6 +43,8 @@ pub enum AggKind {
     Count,
     CountDistinct,
     Sum,
+    /// `sum(DISTINCT x)`: the sum of the distinct values.
+    SumDistinct,
     Min,
     Max,
     Avg,
@@ -93,6 +95,8 @@ enum Extreme {
     Max,
     /// `count(DISTINCT)`: the number of distinct values.
     Distinct,
+    /// `sum(DISTINCT)`: the sum of the distinct values (kept in the result's type).
+    Sum,
 }
 
 /// The state of a `sum` or `avg`: exact for integers, decimals and durations (as
@@ -235,6 +239,7 @@ impl HashAgg {
                 Ok(match c.kind {
                     AggKind::CountStar | AggKind::Count => AggState::Count(vec![]),
                     AggKind::CountDistinct => values(Extreme::Distinct)?,
+                    AggKind::SumDistinct => values(Extreme::Sum)?,
                     AggKind::Sum | AggKind::Avg => sum_state(c)?,
                     AggKind::Min => values(Extreme::Min)?,
                     AggKind::Max => values(Extreme::Max)?,
@@ -563,7 +568,7 @@ impl HashAgg {
                         let value = rows.row(i);
                         let group = &mut counts[*g];
                         let bytes = cache::value_bytes(value.as_ref());
-                        if self.append_only && *take != Extreme::Distinct {
+                        if self.append_only && matches!(*take, Extreme::Min | Extreme::Max) {
                             // Nothing is ever retracted: the extreme alone is the state.
                             let current = if *take == Extreme::Max {
                                 group.keys().next_back()
@@ -668,6 +673,35 @@ impl HashAgg {
                 } => Arc::new(Int64Array::from_iter_values(
                     groups.iter().map(|g| counts[*g].len() as i64),
                 )),
+                AggState::Values {
+                    counts,
+                    codec,
+                    take: Extreme::Sum,
+                    ..
+                } => {
+                    // Each group's distinct values decoded and added up (NULL for none).
+                    let parser = codec.parser();
+                    let mut sums = Vec::with_capacity(groups.len());
+                    for g in groups {
+                        let values = &counts[*g];
+                        if values.is_empty() {
+                            sums.push(ScalarValue::try_from(field.data_type())?);
+                            continue;
+                        }
+                        let decoded = codec.convert_rows(values.keys().map(|v| parser.parse(v)))?;
+                        let decoded = cast(&decoded[0], field.data_type())?;
+                        let mut total = ScalarValue::try_from_array(&decoded, 0)?;
+                        for i in 1..decoded.len() {
+                            total = total.add(ScalarValue::try_from_array(&decoded, i)?)?;
+                        }
+                        sums.push(total);
+                    }
+                    if sums.is_empty() {
+                        arrow::array::new_empty_array(field.data_type())
+                    } else {
+                        ScalarValue::iter_to_array(sums)?
+                    }
+                }
                 AggState::Values {
                     counts,
                     codec,
