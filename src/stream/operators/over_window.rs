@@ -13,7 +13,7 @@
 //! in which it changes.
 
 use super::Operator;
-use super::top_n::partitions::{Bytes, Partitions, Position};
+use super::top_n::partitions::{Bytes, Partitions, Position, encode_rows};
 use crate::error::Result;
 use crate::state::OperatorState;
 use crate::stream::{Op, StreamChunk, Watermark};
@@ -103,15 +103,6 @@ impl OverWindow {
             partitions: Partitions::default(),
             before: HashMap::new(),
         })
-    }
-
-    fn partition_keys(&self, batch: &RecordBatch) -> Result<Vec<Bytes>> {
-        let Some(codec) = &self.partition_codec else {
-            return Ok(vec![Bytes::default(); batch.num_rows()]);
-        };
-        let columns = evaluate(&self.spec.partition, batch)?;
-        let rows = codec.convert_columns(&columns)?;
-        Ok(rows.iter().map(|r| r.as_ref().into()).collect())
     }
 
     /// The window functions over a partition's rows (in order).
@@ -223,13 +214,6 @@ impl OverWindow {
     }
 }
 
-fn evaluate(exprs: &[Arc<dyn PhysicalExpr>], batch: &RecordBatch) -> Result<Vec<ArrayRef>> {
-    exprs
-        .iter()
-        .map(|e| Ok(e.evaluate(batch)?.into_array(batch.num_rows())?))
-        .collect()
-}
-
 impl Operator for OverWindow {
     fn name(&self) -> &'static str {
         "OverWindow"
@@ -237,13 +221,11 @@ impl Operator for OverWindow {
 
     fn process(&mut self, chunk: StreamChunk) -> Result<Vec<StreamChunk>> {
         let batch = &chunk.batch;
-        let partition_keys = self.partition_keys(batch)?;
-        let sort_keys = match &self.order_codec {
-            Some(codec) => Some(codec.convert_columns(&evaluate(&self.spec.order, batch)?)?),
-            None => None,
-        };
+        let partitions = encode_rows(self.partition_codec.as_ref(), &self.spec.partition, batch)?;
+        let sort_keys = encode_rows(self.order_codec.as_ref(), &self.spec.order, batch)?;
         let rows = self.row_codec.convert_columns(batch.columns())?;
-        for (i, partition) in partition_keys.iter().enumerate() {
+        // Each partition's rows before its first change in the epoch.
+        for partition in &partitions {
             if !self.before.contains_key(partition) {
                 let rows = self
                     .partitions
@@ -252,28 +234,9 @@ impl Operator for OverWindow {
                     .unwrap_or_default();
                 self.before.insert(partition.clone(), rows);
             }
-            let sort_key: Bytes = match &sort_keys {
-                Some(keys) => keys.row(i).as_ref().into(),
-                None => Bytes::default(),
-            };
-            let row = rows.row(i);
-            if chunk.ops[i].is_insert() {
-                let id = match &chunk.keys {
-                    Some(keys) => keys[i].as_slice().into(),
-                    None => self.partitions.next_id(partition),
-                };
-                self.partitions
-                    .insert(partition, (sort_key, id), row.as_ref().into());
-            } else {
-                let position = match &chunk.keys {
-                    Some(keys) => Some((sort_key, keys[i].as_slice().into())),
-                    None => self.partitions.find(partition, &sort_key, row.as_ref()),
-                };
-                if let Some(position) = position {
-                    self.partitions.remove(partition, &position);
-                }
-            }
         }
+        self.partitions
+            .apply(&chunk, &partitions, &sort_keys, &rows);
         Ok(vec![])
     }
 

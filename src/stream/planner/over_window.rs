@@ -4,17 +4,16 @@
 //! key (a single subtask without one). The functions are DataFusion's own window
 //! expressions, evaluated by the operator over each changed partition.
 
+use super::top_n::PartitionedOrder;
 use super::{Node, PlanContext, unsupported, visit};
 use crate::error::Result;
 use crate::stream::graph::{OperatorFactory, OperatorSpec};
 use crate::stream::operators::Operator;
 use crate::stream::operators::over_window::{OverWindow, OverWindowSpec};
-use arrow::compute::SortOptions;
-use arrow::row::SortField;
+use datafusion::logical_expr::Expr;
 use datafusion::logical_expr::execution_props::ExecutionProps;
 use datafusion::logical_expr::logical_plan::Window;
 use datafusion::logical_expr::physical_planning_context::PhysicalPlanningContext;
-use datafusion::logical_expr::{Expr, ExprSchemable};
 use datafusion::physical_planner::create_window_expr;
 use std::sync::Arc;
 
@@ -65,35 +64,13 @@ pub(super) fn window_node(window: &Window, ctx: &PlanContext) -> Result<Node> {
             }
         }
     }
-    let partition = partition_by
-        .iter()
-        .map(|e| super::physical(e, schema))
-        .collect::<Result<Vec<_>>>()?;
-    let partition_types = partition_by
-        .iter()
-        .map(|e| Ok(e.get_type(schema)?))
-        .collect::<Result<Vec<_>>>()?;
-    let order = order_by
-        .iter()
-        .map(|s| super::physical(&s.expr, schema))
-        .collect::<Result<Vec<_>>>()?;
-    let order_fields = order_by
-        .iter()
-        .map(|s| {
-            let options = SortOptions {
-                descending: !s.asc,
-                nulls_first: s.nulls_first,
-            };
-            Ok(SortField::new_with_options(
-                s.expr.get_type(schema)?,
-                options,
-            ))
-        })
-        .collect::<Result<Vec<_>>>()?;
-    let partition_names: Vec<String> = partition_by
-        .iter()
-        .map(|e| e.schema_name().to_string())
-        .collect();
+    let PartitionedOrder {
+        partition,
+        partition_types,
+        partition_names,
+        order,
+        order_fields,
+    } = PartitionedOrder::plan(partition_by, order_by, schema)?;
     let describe = format!(
         "OverWindow({}, partition: [{}], order: [{}])",
         names.join(", "),

@@ -19,13 +19,14 @@ use crate::stream::operators::top_n::{RankKind, TopN, TopNSpec};
 use arrow::compute::SortOptions;
 use arrow::datatypes::{DataType, SchemaRef};
 use arrow::row::SortField;
-use datafusion::common::ScalarValue;
+use datafusion::common::{DFSchema, ScalarValue};
 use datafusion::logical_expr::logical_plan::{Aggregate, Filter, Limit};
 use datafusion::logical_expr::utils::{conjunction, split_conjunction};
 use datafusion::logical_expr::{
     BinaryExpr, Expr, ExprSchemable, FetchType, LogicalPlan, Operator as BinaryOp, SkipType,
     SortExpr,
 };
+use datafusion::physical_expr::PhysicalExpr;
 use std::sync::Arc;
 
 /// What a top-N computes, before its input is planned.
@@ -232,40 +233,13 @@ fn top_n_node(
     }
     let input = visit(input_plan, ctx)?.finish()?;
     let schema = input_plan.schema();
-    let partition = parts
-        .partition
-        .iter()
-        .map(|e| physical(e, schema))
-        .collect::<Result<Vec<_>>>()?;
-    let partition_types = parts
-        .partition
-        .iter()
-        .map(|e| Ok(e.get_type(schema)?))
-        .collect::<Result<Vec<DataType>>>()?;
-    let order = parts
-        .order
-        .iter()
-        .map(|s| physical(&s.expr, schema))
-        .collect::<Result<Vec<_>>>()?;
-    let order_fields = parts
-        .order
-        .iter()
-        .map(|s| {
-            let options = SortOptions {
-                descending: !s.asc,
-                nulls_first: s.nulls_first,
-            };
-            Ok(SortField::new_with_options(
-                s.expr.get_type(schema)?,
-                options,
-            ))
-        })
-        .collect::<Result<Vec<_>>>()?;
-    let partition_names: Vec<String> = parts
-        .partition
-        .iter()
-        .map(|e| e.schema_name().to_string())
-        .collect();
+    let PartitionedOrder {
+        partition,
+        partition_types,
+        partition_names,
+        order,
+        order_fields,
+    } = PartitionedOrder::plan(parts.partition, parts.order, schema)?;
     let order_names: Vec<String> = parts.order.iter().map(|s| s.to_string()).collect();
     let (low, high) = parts.ranks;
     let describe = format!(
@@ -300,6 +274,53 @@ fn top_n_node(
         input: Box::new(input),
         watermarks: vec![],
     })
+}
+
+/// A window's `PARTITION BY` and `ORDER BY`, planned over its input: the partition key
+/// (expressions, types, names) and the sort (expressions, and the fields that encode them
+/// in order, directions and NULL placement included).
+pub(super) struct PartitionedOrder {
+    pub partition: Vec<Arc<dyn PhysicalExpr>>,
+    pub partition_types: Vec<DataType>,
+    pub partition_names: Vec<String>,
+    pub order: Vec<Arc<dyn PhysicalExpr>>,
+    pub order_fields: Vec<SortField>,
+}
+
+impl PartitionedOrder {
+    pub fn plan(partition: &[Expr], order: &[SortExpr], schema: &DFSchema) -> Result<Self> {
+        Ok(Self {
+            partition: partition
+                .iter()
+                .map(|e| physical(e, schema))
+                .collect::<Result<Vec<_>>>()?,
+            partition_types: partition
+                .iter()
+                .map(|e| Ok(e.get_type(schema)?))
+                .collect::<Result<Vec<DataType>>>()?,
+            partition_names: partition
+                .iter()
+                .map(|e| e.schema_name().to_string())
+                .collect(),
+            order: order
+                .iter()
+                .map(|s| physical(&s.expr, schema))
+                .collect::<Result<Vec<_>>>()?,
+            order_fields: order
+                .iter()
+                .map(|s| {
+                    let options = SortOptions {
+                        descending: !s.asc,
+                        nulls_first: s.nulls_first,
+                    };
+                    Ok(SortField::new_with_options(
+                        s.expr.get_type(schema)?,
+                        options,
+                    ))
+                })
+                .collect::<Result<Vec<_>>>()?,
+        })
+    }
 }
 
 fn unalias(expr: &Expr) -> &Expr {

@@ -24,7 +24,7 @@ use arrow::compute::cast;
 use arrow::datatypes::{DataType, SchemaRef};
 use arrow::row::{RowConverter, SortField};
 use datafusion::physical_expr::PhysicalExpr;
-use partitions::{Bytes, Partitions};
+use partitions::{Bytes, Partitions, encode_rows};
 use rocksdb::WriteBatch;
 use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
@@ -155,15 +155,6 @@ impl TopN {
         (shown, kept)
     }
 
-    fn partition_keys(&self, batch: &RecordBatch) -> Result<Vec<Bytes>> {
-        let Some(codec) = &self.partition_codec else {
-            return Ok(vec![Bytes::default(); batch.num_rows()]);
-        };
-        let columns = evaluate(&self.spec.partition, batch)?;
-        let rows = codec.convert_columns(&columns)?;
-        Ok(rows.iter().map(|r| r.as_ref().into()).collect())
-    }
-
     /// Emits, for every partition changed in the epoch, how what it shows changed.
     fn emit_changes(&mut self) -> Result<Vec<StreamChunk>> {
         if self.shown_before.is_empty() {
@@ -195,13 +186,6 @@ impl TopN {
         }
         out.finish(self)
     }
-}
-
-fn evaluate(exprs: &[Arc<dyn PhysicalExpr>], batch: &RecordBatch) -> Result<Vec<ArrayRef>> {
-    exprs
-        .iter()
-        .map(|e| Ok(e.evaluate(batch)?.into_array(batch.num_rows())?))
-        .collect()
 }
 
 /// Output rows being collected.
@@ -254,43 +238,25 @@ impl Operator for TopN {
 
     fn process(&mut self, chunk: StreamChunk) -> Result<Vec<StreamChunk>> {
         let batch = &chunk.batch;
-        let partition_keys = self.partition_keys(batch)?;
-        let sort_keys = self
-            .order_codec
-            .convert_columns(&evaluate(&self.spec.order, batch)?)?;
+        let partitions = encode_rows(self.partition_codec.as_ref(), &self.spec.partition, batch)?;
+        let sort_keys = encode_rows(Some(&self.order_codec), &self.spec.order, batch)?;
         let rows = self.row_codec.convert_columns(batch.columns())?;
-        let mut touched: HashSet<&[u8]> = HashSet::new();
-        for (i, partition) in partition_keys.iter().enumerate() {
+        // What each partition shows before its first change in the epoch.
+        for partition in &partitions {
             if !self.shown_before.contains_key(partition) {
                 let (shown, _) = self.shown(partition);
                 self.shown_before.insert(partition.clone(), shown);
             }
-            let sort_key: Bytes = sort_keys.row(i).as_ref().into();
-            let row = rows.row(i);
-            if chunk.ops[i].is_insert() {
-                let id = match &chunk.keys {
-                    Some(keys) => keys[i].as_slice().into(),
-                    None => self.partitions.next_id(partition),
-                };
-                self.partitions
-                    .insert(partition, (sort_key, id), row.as_ref().into());
-            } else {
-                let position = match &chunk.keys {
-                    Some(keys) => Some((sort_key, keys[i].as_slice().into())),
-                    None => self.partitions.find(partition, &sort_key, row.as_ref()),
-                };
-                if let Some(position) = position {
-                    self.partitions.remove(partition, &position);
-                }
-            }
-            if !self.spec.keyed_input {
-                touched.insert(partition);
-            }
         }
+        self.partitions
+            .apply(&chunk, &partitions, &sort_keys, &rows);
         // An append-only input never brings back a row pushed out of range.
-        for partition in touched {
-            let (_, kept) = self.shown(partition);
-            self.partitions.truncate(partition, kept);
+        if !self.spec.keyed_input {
+            let touched: HashSet<&Bytes> = partitions.iter().collect();
+            for partition in touched {
+                let (_, kept) = self.shown(partition);
+                self.partitions.truncate(partition, kept);
+            }
         }
         Ok(vec![])
     }

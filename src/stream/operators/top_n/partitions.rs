@@ -14,8 +14,13 @@
 use crate::error::{EddyError, Result};
 use crate::state::OperatorState;
 use crate::state::keys::key_group_of;
+use crate::stream::StreamChunk;
+use arrow::array::RecordBatch;
+use arrow::row::{RowConverter, Rows};
+use datafusion::physical_expr::PhysicalExpr;
 use rocksdb::WriteBatch;
 use std::collections::{BTreeMap, HashMap, HashSet};
+use std::sync::Arc;
 
 pub type Bytes = Box<[u8]>;
 
@@ -37,6 +42,24 @@ pub struct Partitions {
     /// Entries changed since the last barrier: `(partition, Some(position))` for a row,
     /// `(partition, None)` for the sequence number.
     dirty: HashSet<(Bytes, Option<Position>)>,
+}
+
+/// Each row's values of `exprs`, encoded by `codec` (memcomparable); without a codec (no
+/// partition key, no `ORDER BY`) every row gets the same empty key.
+pub fn encode_rows(
+    codec: Option<&RowConverter>,
+    exprs: &[Arc<dyn PhysicalExpr>],
+    batch: &RecordBatch,
+) -> Result<Vec<Bytes>> {
+    let Some(codec) = codec else {
+        return Ok(vec![Bytes::default(); batch.num_rows()]);
+    };
+    let columns = exprs
+        .iter()
+        .map(|e| Ok(e.evaluate(batch)?.into_array(batch.num_rows())?))
+        .collect::<Result<Vec<_>>>()?;
+    let rows = codec.convert_columns(&columns)?;
+    Ok(rows.iter().map(|r| r.as_ref().into()).collect())
 }
 
 const SEQ_TAG: u8 = 0;
@@ -101,6 +124,36 @@ impl Partitions {
         while p.rows.len() > keep {
             let (position, _) = p.rows.pop_last().expect("more rows than kept");
             self.dirty.insert((partition.into(), Some(position)));
+        }
+    }
+
+    /// Applies a chunk: each insert is stored under its stream key (a fresh sequence
+    /// number when the input has none), each delete removes its row.
+    pub fn apply(
+        &mut self,
+        chunk: &StreamChunk,
+        partitions: &[Bytes],
+        sort_keys: &[Bytes],
+        rows: &Rows,
+    ) {
+        for (i, partition) in partitions.iter().enumerate() {
+            let sort_key = sort_keys[i].clone();
+            let row = rows.row(i);
+            if chunk.ops[i].is_insert() {
+                let id = match &chunk.keys {
+                    Some(keys) => keys[i].as_slice().into(),
+                    None => self.next_id(partition),
+                };
+                self.insert(partition, (sort_key, id), row.as_ref().into());
+            } else {
+                let position = match &chunk.keys {
+                    Some(keys) => Some((sort_key, keys[i].as_slice().into())),
+                    None => self.find(partition, &sort_key, row.as_ref()),
+                };
+                if let Some(position) = position {
+                    self.remove(partition, &position);
+                }
+            }
         }
     }
 
