@@ -6,7 +6,7 @@
 //! the same rows), as noted.
 
 use crate::common::TestServer;
-use crate::streaming::{assert_same, source_options, view_rows};
+use crate::streaming::{assert_same, sorted_rows_text, source_options, view_rows};
 use arrow::datatypes::{DataType, Field, Schema, SchemaRef, TimeUnit};
 use datafusion::prelude::SessionContext;
 use std::sync::Arc;
@@ -300,25 +300,7 @@ async fn batch(query: &str) -> Vec<Vec<String>> {
     // The HOP and TUMBLE forms, as Eddy rewrites them (batch queries run the same way).
     let query = batch_windows(query);
     let result = ctx.sql(&query).await.unwrap().collect().await.unwrap();
-    let mut rows = Vec::new();
-    for batch in &result {
-        let formatters: Vec<_> = batch
-            .columns()
-            .iter()
-            .map(|c| {
-                arrow::util::display::ArrayFormatter::try_new(
-                    c.as_ref(),
-                    &arrow::util::display::FormatOptions::default().with_null("NULL"),
-                )
-                .unwrap()
-            })
-            .collect();
-        for r in 0..batch.num_rows() {
-            rows.push(formatters.iter().map(|f| f.value(r).to_string()).collect());
-        }
-    }
-    rows.sort();
-    rows
+    sorted_rows_text(&result)
 }
 
 /// Plain DataFusion has no `TUMBLE`/`HOP` table functions: the windows as `date_bin`

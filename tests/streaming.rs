@@ -176,26 +176,21 @@ pub(crate) async fn batch_query(
     )
     .unwrap();
     let result = ctx.sql(query).await.unwrap().collect().await.unwrap();
+    sorted_rows_text(&result)
+}
+
+/// Batch results as text rows (NULL as `NULL`, as the views print it), sorted.
+pub(crate) fn sorted_rows_text(batches: &[arrow::array::RecordBatch]) -> Vec<Vec<String>> {
+    let options = arrow::util::display::FormatOptions::default().with_null("NULL");
     let mut rows = Vec::new();
-    for batch in &result {
+    for batch in batches {
         let formatters: Vec<_> = batch
             .columns()
             .iter()
-            .map(|c| {
-                arrow::util::display::ArrayFormatter::try_new(
-                    c.as_ref(),
-                    &arrow::util::display::FormatOptions::default().with_null("NULL"),
-                )
-                .unwrap()
-            })
+            .map(|c| arrow::util::display::ArrayFormatter::try_new(c.as_ref(), &options).unwrap())
             .collect();
         for r in 0..batch.num_rows() {
-            rows.push(
-                formatters
-                    .iter()
-                    .map(|f| f.value(r).to_string())
-                    .collect::<Vec<_>>(),
-            );
+            rows.push(formatters.iter().map(|f| f.value(r).to_string()).collect());
         }
     }
     rows.sort();
