@@ -164,7 +164,18 @@ fn binary_value_text(row: &tokio_postgres::Row, i: usize) -> Result<String, SqlE
     let Some(Raw(raw)) = row.try_get::<_, Option<Raw>>(i).map_err(err)? else {
         return Ok("NULL".into());
     };
-    let text = match ty {
+    Ok(display_text(&binary_text(&ty, &raw)))
+}
+
+/// Microseconds between 1970-01-01 and PostgreSQL's epoch, 2000-01-01.
+const PG_EPOCH_MICROS: i64 = 946_684_800_000_000;
+
+/// PostgreSQL's text form of one binary value of type `ty`.
+fn binary_text(ty: &Type, raw: &[u8]) -> String {
+    if let tokio_postgres::types::Kind::Array(element) = ty.kind() {
+        return array_text(element, raw);
+    }
+    match *ty {
         Type::BOOL => if raw[0] != 0 { "t" } else { "f" }.to_string(),
         Type::INT2 => i16::from_be_bytes(raw[..2].try_into().unwrap()).to_string(),
         Type::INT4 => i32::from_be_bytes(raw[..4].try_into().unwrap()).to_string(),
@@ -179,18 +190,20 @@ fn binary_value_text(row: &tokio_postgres::Row, i: usize) -> Result<String, SqlE
             15,
             false,
         ),
-        Type::NUMERIC => numeric_text(&raw),
-        Type::DATE => row
-            .get::<_, chrono::NaiveDate>(i)
+        Type::NUMERIC => numeric_text(raw),
+        Type::DATE => {
+            let days = i32::from_be_bytes(raw[..4].try_into().unwrap());
+            (chrono::NaiveDate::from_ymd_opt(2000, 1, 1).unwrap()
+                + chrono::Duration::days(days as i64))
             .format("%Y-%m-%d")
-            .to_string(),
-        Type::TIMESTAMP => {
-            let ts: chrono::NaiveDateTime = row.get(i);
-            eddy::server::encode::format_timestamp(ts.and_utc().timestamp_micros(), false)
+            .to_string()
         }
-        Type::TIMESTAMPTZ => {
-            let ts: chrono::DateTime<chrono::Utc> = row.get(i);
-            eddy::server::encode::format_timestamp(ts.timestamp_micros(), true)
+        Type::TIMESTAMP | Type::TIMESTAMPTZ => {
+            let micros = i64::from_be_bytes(raw[..8].try_into().unwrap());
+            eddy::server::encode::format_timestamp(
+                micros + PG_EPOCH_MICROS,
+                *ty == Type::TIMESTAMPTZ,
+            )
         }
         Type::INTERVAL => {
             let micros = i64::from_be_bytes(raw[0..8].try_into().unwrap());
@@ -199,17 +212,46 @@ fn binary_value_text(row: &tokio_postgres::Row, i: usize) -> Result<String, SqlE
             eddy::server::encode::format_interval(months, days, micros * 1000)
         }
         Type::BYTEA => {
-            let bytes: Vec<u8> = row.get(i);
             let mut s = String::from("\\x");
-            for b in bytes {
+            for b in raw {
                 s.push_str(&format!("{b:02x}"));
             }
             s
         }
         Type::JSONB => String::from_utf8_lossy(&raw[1..]).into_owned(),
-        _ => String::from_utf8_lossy(&raw).into_owned(),
-    };
-    Ok(display_text(&text))
+        _ => String::from_utf8_lossy(raw).into_owned(),
+    }
+}
+
+/// A one-dimensional binary array as PostgreSQL prints it: `{1,NULL,"a b"}`.
+fn array_text(element: &Type, raw: &[u8]) -> String {
+    let int = |at: usize| i32::from_be_bytes(raw[at..at + 4].try_into().unwrap());
+    let dims = int(0);
+    if dims == 0 {
+        return "{}".into();
+    }
+    let len = int(12) as usize;
+    let mut at = 12 + 8 * dims as usize;
+    let mut items = Vec::with_capacity(len);
+    for _ in 0..len {
+        let n = int(at);
+        at += 4;
+        if n < 0 {
+            items.push("NULL".to_string());
+            continue;
+        }
+        let text = binary_text(element, &raw[at..at + n as usize]);
+        at += n as usize;
+        let plain = !text.is_empty()
+            && !text.eq_ignore_ascii_case("null")
+            && !text.contains(|c: char| c.is_whitespace() || ",{}\\\"".contains(c));
+        items.push(if plain {
+            text
+        } else {
+            format!("\"{}\"", text.replace('\\', "\\\\").replace('"', "\\\""))
+        });
+    }
+    format!("{{{}}}", items.join(","))
 }
 
 /// Decodes PostgreSQL's binary numeric independently of the server's encoder.

@@ -116,7 +116,11 @@ impl SchemaProvider for CatalogSchemaProvider {
                 let table = self
                     .state_table_for(&rel)
                     .map_err(EddyError::into_datafusion)?;
-                let table = StoredTable::new(table);
+                let table = StoredTable::new(table).on_conflict(
+                    crate::state::OnConflict::from_option_value(
+                        rel.options.get("on_conflict").map(String::as_str),
+                    ),
+                );
                 Ok(Some(Arc::new(if rel.is_append_only() {
                     table.append_only(&rel.name)
                 } else {

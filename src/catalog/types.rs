@@ -7,7 +7,7 @@
 use crate::error::{EddyError, Result};
 use arrow::datatypes::{DataType, Field, IntervalUnit, TimeUnit};
 use datafusion::sql::sqlparser::ast::{
-    CharacterLength, DataType as AstType, ExactNumberInfo, TimezoneInfo,
+    ArrayElemTypeDef, CharacterLength, DataType as AstType, ExactNumberInfo, TimezoneInfo,
 };
 use serde::{Deserialize, Serialize};
 use std::collections::HashMap;
@@ -41,6 +41,8 @@ pub enum SqlType {
     Interval,
     Bytea,
     Jsonb,
+    /// `t[]`: an Arrow list of the element type.
+    Array(Box<SqlType>),
 }
 
 impl SqlType {
@@ -105,6 +107,11 @@ impl SqlType {
             Interval { .. } => SqlType::Interval,
             Bytea => SqlType::Bytea,
             JSONB | JSON => SqlType::Jsonb,
+            Array(
+                ArrayElemTypeDef::SquareBracket(inner, _)
+                | ArrayElemTypeDef::AngleBracket(inner)
+                | ArrayElemTypeDef::Parenthesis(inner),
+            ) => SqlType::Array(Box::new(SqlType::from_ast(inner)?)),
             Custom(name, _) => {
                 let n = name.to_string().to_ascii_lowercase();
                 match n.as_str() {
@@ -154,6 +161,7 @@ impl SqlType {
             }
             SqlType::Interval => DataType::Interval(IntervalUnit::MonthDayNano),
             SqlType::Bytea => DataType::Binary,
+            SqlType::Array(inner) => DataType::new_list(inner.to_arrow(), true),
         }
     }
 
@@ -194,6 +202,7 @@ impl SqlType {
             SqlType::Interval => "interval".into(),
             SqlType::Bytea => "bytea".into(),
             SqlType::Jsonb => "jsonb".into(),
+            SqlType::Array(inner) => format!("{}[]", inner.pg_name()),
         }
     }
 
@@ -217,6 +226,24 @@ impl SqlType {
             SqlType::Interval => "interval",
             SqlType::Bytea => "bytea",
             SqlType::Jsonb => "jsonb",
+            SqlType::Array(inner) => match inner.as_ref() {
+                SqlType::Boolean => "_bool",
+                SqlType::SmallInt => "_int2",
+                SqlType::Int => "_int4",
+                SqlType::BigInt => "_int8",
+                SqlType::Real => "_float4",
+                SqlType::Double => "_float8",
+                SqlType::Numeric { .. } => "_numeric",
+                SqlType::Varchar(_) => "_varchar",
+                SqlType::Date => "_date",
+                SqlType::Time => "_time",
+                SqlType::Timestamp => "_timestamp",
+                SqlType::Timestamptz => "_timestamptz",
+                SqlType::Interval => "_interval",
+                SqlType::Bytea => "_bytea",
+                SqlType::Jsonb => "_jsonb",
+                SqlType::Text | SqlType::Array(_) => "_text",
+            },
         }
     }
 
@@ -247,6 +274,9 @@ impl SqlType {
             DataType::Timestamp(_, Some(_)) => SqlType::Timestamptz,
             DataType::Interval(_) | DataType::Duration(_) => SqlType::Interval,
             DataType::Binary | DataType::LargeBinary | DataType::BinaryView => SqlType::Bytea,
+            DataType::List(f) | DataType::LargeList(f) | DataType::FixedSizeList(f, _) => {
+                SqlType::Array(Box::new(SqlType::from_arrow(f)))
+            }
             _ => SqlType::Text,
         }
     }

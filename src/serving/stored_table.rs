@@ -32,6 +32,8 @@ pub struct StoredTable {
     /// Set for `APPEND ONLY` tables: rows are only ever inserted (views read them as an
     /// append-only stream).
     append_only: Option<String>,
+    /// What an `INSERT` of a stored primary key does.
+    on_conflict: crate::state::OnConflict,
 }
 
 impl std::fmt::Debug for StateTable {
@@ -49,7 +51,14 @@ impl StoredTable {
             read_only: None,
             serving: None,
             append_only: None,
+            on_conflict: Default::default(),
         }
+    }
+
+    /// A table with `ON CONFLICT DO NOTHING` or `DO UPDATE IF NOT NULL`.
+    pub fn on_conflict(mut self, policy: crate::state::OnConflict) -> Self {
+        self.on_conflict = policy;
+        self
     }
 
     /// An `APPEND ONLY` table: `INSERT` only.
@@ -80,6 +89,7 @@ impl StoredTable {
             read_only: Some(name.to_string()),
             serving: Some(serving),
             append_only: None,
+            on_conflict: Default::default(),
         }
     }
 
@@ -235,6 +245,7 @@ impl TableProvider for StoredTable {
         let sink = TableSink {
             table: self.table.clone(),
             txn: transaction_of(state),
+            on_conflict: self.on_conflict,
         };
         Ok(Arc::new(DataSinkExec::new(input, Arc::new(sink), None)))
     }
@@ -374,6 +385,7 @@ struct TableSink {
     table: Arc<StateTable>,
     /// The transaction the `INSERT` runs in: rows are staged there until `COMMIT`.
     txn: Option<Arc<Transaction>>,
+    on_conflict: crate::state::OnConflict,
 }
 
 impl DisplayAs for TableSink {
@@ -399,8 +411,8 @@ impl DataSink for TableSink {
             let batch = crate::state::state_table::conform(&batch, self.table.schema())
                 .map_err(EddyError::into_datafusion)?;
             count += match &self.txn {
-                Some(txn) => txn.upsert(&self.table, &batch),
-                None => self.table.upsert(&batch),
+                Some(txn) => txn.insert(&self.table, &batch, self.on_conflict),
+                None => self.table.insert(&batch, self.on_conflict),
             }
             .map_err(EddyError::into_datafusion)? as u64;
         }

@@ -133,6 +133,21 @@ pub(super) async fn create_table(
         if extras.append_only {
             rel.options.insert("append_only".into(), "true".into());
         }
+        if let Some(policy) = extras.on_conflict {
+            if rel.primary_key.is_empty() {
+                return Err(EddyError::new(
+                    "42P10",
+                    "ON CONFLICT needs a table with a primary key",
+                ));
+            }
+            if extras.append_only {
+                return Err(EddyError::not_supported(
+                    "ON CONFLICT is not supported on an APPEND ONLY table",
+                ));
+            }
+            rel.options
+                .insert("on_conflict".into(), policy.option_value().into());
+        }
         rel.definition = extras.original;
     }
     session.engine.catalog.create_relation(rel)?;

@@ -1,5 +1,7 @@
 //! RisingWave's additions to `CREATE TABLE` that sqlparser does not read:
-//! `WATERMARK FOR column AS expression` among the columns and a final `APPEND ONLY`.
+//! `WATERMARK FOR column AS expression` among the columns, `APPEND ONLY` and
+//! `ON CONFLICT {DO NOTHING | OVERWRITE | DO UPDATE FULL | DO UPDATE IF NOT NULL}` after
+//! them.
 //! They are cut out here; the rest goes to sqlparser as usual.
 
 use super::source::{identifier, is_word, significant_tokens};
@@ -13,6 +15,8 @@ pub struct CreateTableExtras {
     /// (column, expression) of `WATERMARK FOR`.
     pub watermark: Option<(String, String)>,
     pub append_only: bool,
+    /// `ON CONFLICT ...`, when given.
+    pub on_conflict: Option<crate::state::OnConflict>,
     /// The statement as written (for `SHOW CREATE TABLE`).
     pub original: String,
 }
@@ -31,6 +35,10 @@ pub fn parse(sql: &str) -> Option<Result<CreateTableExtras>> {
     if !(is_word(tokens.first(), "create") && is_word(tokens.get(1), "table")) {
         return None;
     }
+    let on_conflict = match cut_on_conflict(&mut tokens) {
+        Ok(c) => c,
+        Err(e) => return Some(Err(e)),
+    };
     let n = tokens.len();
     let append_only =
         n >= 2 && is_word(tokens.get(n - 2), "append") && is_word(tokens.get(n - 1), "only");
@@ -66,7 +74,7 @@ pub fn parse(sql: &str) -> Option<Result<CreateTableExtras>> {
         .iter()
         .filter(|(from, _)| is_word(tokens.get(*from), "watermark"))
         .collect();
-    if watermark_items.is_empty() && !append_only {
+    if watermark_items.is_empty() && !append_only && on_conflict.is_none() {
         return None;
     }
     let parse = || -> Result<CreateTableExtras> {
@@ -100,10 +108,46 @@ pub fn parse(sql: &str) -> Option<Result<CreateTableExtras>> {
             statement,
             watermark,
             append_only,
+            on_conflict,
             original: sql.trim().trim_end_matches(';').trim().to_string(),
         })
     };
     Some(parse())
+}
+
+/// Removes `ON CONFLICT <action>` following the column list (it runs up to `WITH`,
+/// `APPEND`, or the end) and returns the action.
+fn cut_on_conflict(tokens: &mut Vec<Token>) -> Result<Option<crate::state::OnConflict>> {
+    let mut depth = 0i32;
+    let mut at = None;
+    for (k, t) in tokens.iter().enumerate() {
+        match t {
+            Token::LParen => depth += 1,
+            Token::RParen => depth -= 1,
+            _ if depth == 0 && is_word(Some(t), "on") && is_word(tokens.get(k + 1), "conflict") => {
+                at = Some(k);
+                break;
+            }
+            _ => {}
+        }
+    }
+    let Some(at) = at else {
+        return Ok(None);
+    };
+    let end = (at + 2..tokens.len())
+        .find(|k| {
+            is_word(tokens.get(*k), "with")
+                || is_word(tokens.get(*k), "append")
+                || tokens[*k] == Token::SemiColon
+        })
+        .unwrap_or(tokens.len());
+    let words = tokens[at + 2..end]
+        .iter()
+        .map(|t| t.to_string().to_ascii_lowercase())
+        .collect::<Vec<_>>();
+    let policy = crate::state::OnConflict::from_words(&words)?;
+    tokens.drain(at..end);
+    Ok(Some(policy))
 }
 
 #[cfg(test)]
@@ -123,7 +167,25 @@ mod tests {
             Some(("ts".into(), "ts - INTERVAL '5' SECOND".into()))
         );
         assert!(e.append_only);
+        assert_eq!(e.on_conflict, None);
         assert!(parse("CREATE TABLE t (a INT)").is_none());
+        let e =
+            parse("CREATE TABLE t (id INT PRIMARY KEY, v INT) ON CONFLICT DO UPDATE IF NOT NULL")
+                .unwrap()
+                .unwrap();
+        assert_eq!(
+            e.statement.trim(),
+            "CREATE TABLE t (id INT PRIMARY KEY, v INT)"
+        );
+        assert_eq!(
+            e.on_conflict,
+            Some(crate::state::OnConflict::UpdateIfNotNull)
+        );
+        assert!(
+            parse("CREATE TABLE t (id INT) ON CONFLICT DO SOMETHING")
+                .unwrap()
+                .is_err()
+        );
         assert!(
             parse("CREATE TABLE t (a INT, WATERMARK ts AS ts)")
                 .unwrap()

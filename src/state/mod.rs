@@ -8,6 +8,7 @@
 
 pub mod cache_budget;
 pub mod changelog;
+pub mod conflict;
 pub mod keys;
 pub mod operator_state;
 pub mod serving_snapshot;
@@ -16,6 +17,7 @@ pub mod store;
 pub mod transaction;
 
 pub use cache_budget::CacheBudget;
+pub use conflict::OnConflict;
 pub use keys::{KeyGroup, MAX_PARALLELISM, key_group_of, stable_hash};
 pub use operator_state::OperatorState;
 pub use serving_snapshot::{PinnedSnapshot, ServingEpoch, ServingSnapshot};

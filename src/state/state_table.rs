@@ -8,6 +8,7 @@
 //! it. A table without one is keyed by a hidden row id from a persistent sequence.
 
 use super::changelog::ChangeLog;
+use super::conflict::OnConflict;
 use super::keys::{KEY_PREFIX_LEN, encode_state_key, key_group_of, table_prefix};
 use super::store::StateStore;
 use crate::error::{EddyError, Result, sqlstate};
@@ -63,6 +64,9 @@ pub struct StateTable {
     pub(super) value_codec: RowConverter,
     pub(super) key_codec: Option<RowConverter>,
     changes: ChangeLog,
+    /// Serialises inserts that read the stored rows of their keys (`ON CONFLICT DO
+    /// NOTHING` / `DO UPDATE IF NOT NULL`), so two of them cannot both see a key free.
+    conflict_lock: parking_lot::Mutex<()>,
 }
 
 /// How many rows a scan puts in one batch.
@@ -100,6 +104,7 @@ impl StateTable {
             value_codec,
             key_codec,
             changes: ChangeLog::default(),
+            conflict_lock: parking_lot::Mutex::new(()),
         })
     }
 
@@ -184,6 +189,24 @@ impl StateTable {
         let mut out = Vec::new();
         encode_state_key(self.table_id, key_group_of(key), key, &mut out);
         out
+    }
+
+    /// Inserts every row of `batch`; a row whose primary key is already stored (or
+    /// repeated in `batch`) is handled as `policy` says. Returns the rows written.
+    pub fn insert(&self, batch: &RecordBatch, policy: OnConflict) -> Result<usize> {
+        let Some(key_codec) = &self.key_codec else {
+            return self.upsert(batch);
+        };
+        if policy == OnConflict::Overwrite {
+            return self.upsert(batch);
+        }
+        self.check_not_null(batch)?;
+        let _serialised = self.conflict_lock.lock();
+        let keys = self.primary_keys(key_codec, batch)?;
+        let state_keys: Vec<Vec<u8>> = keys.iter().map(|k| self.state_key(k)).collect();
+        let stored = self.store.multi_get(&state_keys)?;
+        let resolved = policy.resolve(self, batch, &keys, &stored)?;
+        self.upsert(&resolved)
     }
 
     /// Inserts (or, for an existing primary key, replaces) every row of `batch`.

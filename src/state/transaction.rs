@@ -11,6 +11,7 @@
 //! Hidden row ids of tables without a primary key are allocated when a row is staged (a
 //! rolled-back transaction leaves a gap in the sequence, as PostgreSQL's sequences do).
 
+use super::conflict::OnConflict;
 use super::keys::{KEY_PREFIX_LEN, encode_state_key, key_group_of, table_prefix};
 use super::state_table::{SCAN_BATCH_ROWS, ScannedBatch};
 use super::{StateStore, StateTable};
@@ -50,6 +51,35 @@ impl Transaction {
             writes: BTreeMap::new(),
         });
         staged.writes.extend(writes);
+    }
+
+    /// Stages an insert of every row, a row whose primary key is already stored (or
+    /// staged, or repeated in `batch`) handled as `policy` says.
+    pub fn insert(
+        &self,
+        table: &Arc<StateTable>,
+        batch: &RecordBatch,
+        policy: OnConflict,
+    ) -> Result<usize> {
+        let Some(key_codec) = &table.key_codec else {
+            return self.upsert(table, batch);
+        };
+        if policy == OnConflict::Overwrite {
+            return self.upsert(table, batch);
+        }
+        table.check_not_null(batch)?;
+        let keys = table.primary_keys(key_codec, batch)?;
+        let state_keys: Vec<Vec<u8>> = keys.iter().map(|k| table.state_key(k)).collect();
+        let mut stored = table.store.multi_get(&state_keys)?;
+        if let Some(staged) = self.tables.lock().get(&table.table_id()) {
+            for (key, value) in state_keys.iter().zip(stored.iter_mut()) {
+                if let Some(write) = staged.writes.get(key) {
+                    *value = write.clone();
+                }
+            }
+        }
+        let resolved = policy.resolve(table, batch, &keys, &stored)?;
+        self.upsert(table, &resolved)
     }
 
     /// Stages an insert (a replacement for an existing primary key) of every row.

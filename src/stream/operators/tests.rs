@@ -154,6 +154,7 @@ fn count_sum() -> Harness {
                 arg_type: DataType::Null,
                 output_type: DataType::Int64,
                 filter: None,
+                general: None,
             },
             AggCall {
                 kind: AggKind::Sum,
@@ -161,6 +162,7 @@ fn count_sum() -> Harness {
                 arg_type: DataType::Int64,
                 output_type: DataType::Int64,
                 filter: None,
+                general: None,
             },
         ];
         let agg = HashAgg::new(

@@ -683,6 +683,13 @@ fn visit(plan: &LogicalPlan, ctx: &PlanContext) -> Result<Partial> {
             ))
         }
         LogicalPlan::Aggregate(aggregate) => {
+            if aggregate
+                .group_expr
+                .iter()
+                .any(|e| matches!(e, Expr::GroupingSet(_)))
+            {
+                return Err(unsupported("GROUPING SETS, ROLLUP or CUBE"));
+            }
             if let Some(node) = top_n::first_values(aggregate, ctx)? {
                 return plain(node);
             }
@@ -796,29 +803,30 @@ fn agg_call(
         return Err(unsupported(&format!("aggregate expression {expr}")));
     };
     let params = &f.params;
-    let name_lower = f.func.name().to_ascii_lowercase();
-    // DISTINCT changes nothing for min, max, bool_and and bool_or.
-    let distinct_is_moot = matches!(name_lower.as_str(), "min" | "max" | "bool_and" | "bool_or");
-    if params.distinct && !matches!(name_lower.as_str(), "count" | "sum") && !distinct_is_moot {
-        return Err(unsupported(&format!("{name_lower}(DISTINCT ...)")));
-    }
-    if !params.order_by.is_empty() {
-        return Err(unsupported(&format!("{name_lower}(... ORDER BY ...)")));
-    }
+    let name = f.func.name().to_ascii_lowercase();
     let filter = params
         .filter
         .as_ref()
         .map(|f| physical(f, schema))
         .transpose()?;
-    let name = f.func.name().to_ascii_lowercase();
-    let kind = match name.as_str() {
-        "count" => AggKind::Count,
-        "sum" => AggKind::Sum,
+    // DISTINCT changes nothing for min, max, bool_and and bool_or, nor ORDER BY for
+    // these and count, sum and avg: those are maintained incrementally.
+    let distinct_is_moot = matches!(name.as_str(), "min" | "max" | "bool_and" | "bool_or");
+    let native = match name.as_str() {
+        "count" => Some(AggKind::Count),
+        "sum" => Some(AggKind::Sum),
         // false < true: every value true is the least one true, any true the largest.
-        "min" | "bool_and" => AggKind::Min,
-        "max" | "bool_or" => AggKind::Max,
-        "avg" | "mean" => AggKind::Avg,
-        other => return Err(unsupported(&format!("aggregate function {other}"))),
+        "min" | "bool_and" => Some(AggKind::Min),
+        "max" | "bool_or" => Some(AggKind::Max),
+        "avg" | "mean" => Some(AggKind::Avg),
+        _ => None,
+    }
+    .filter(|_| params.args.len() <= 1)
+    .filter(|kind| {
+        !params.distinct || distinct_is_moot || matches!(kind, AggKind::Count | AggKind::Sum)
+    });
+    let Some(kind) = native else {
+        return general_agg_call(f, schema, output_type, filter);
     };
     let (arg, arg_type) = match params.args.as_slice() {
         [] => (None, arrow::datatypes::DataType::Null),
@@ -837,6 +845,52 @@ fn agg_call(
         arg_type,
         output_type,
         filter,
+        general: None,
+    })
+}
+
+/// An aggregate Eddy does not maintain incrementally: each group keeps its rows and the
+/// result is recomputed by DataFusion's accumulator (see `hash_agg::GeneralAgg`).
+fn general_agg_call(
+    f: &datafusion::logical_expr::expr::AggregateFunction,
+    schema: &DFSchema,
+    output_type: arrow::datatypes::DataType,
+    filter: Option<Arc<dyn datafusion::physical_expr::PhysicalExpr>>,
+) -> Result<AggCall> {
+    use crate::stream::operators::hash_agg::{GeneralAgg, OrderKey};
+    let params = &f.params;
+    let args = params
+        .args
+        .iter()
+        .map(|a| Ok((physical(a, schema)?, a.get_type(schema)?)))
+        .collect::<Result<Vec<_>>>()?;
+    let order = params
+        .order_by
+        .iter()
+        .map(|s| {
+            Ok(OrderKey {
+                expr: physical(&s.expr, schema)?,
+                data_type: s.expr.get_type(schema)?,
+                options: arrow::compute::SortOptions {
+                    descending: !s.asc,
+                    nulls_first: s.nulls_first,
+                },
+            })
+        })
+        .collect::<Result<Vec<_>>>()?;
+    let ignore_nulls = matches!(
+        params.null_treatment,
+        Some(datafusion::logical_expr::expr::NullTreatment::IgnoreNulls)
+    );
+    let general = GeneralAgg::new(f.func.clone(), args, order, params.distinct, ignore_nulls)
+        .map_err(|e| unsupported(&format!("{} in a view ({})", f.func.name(), e.message)))?;
+    Ok(AggCall {
+        kind: AggKind::General,
+        arg: None,
+        arg_type: arrow::datatypes::DataType::Null,
+        output_type,
+        filter,
+        general: Some(Arc::new(general)),
     })
 }
 

@@ -17,6 +17,9 @@
 mod cache;
 mod codec;
 mod exact;
+mod general;
+
+pub use general::{GeneralAgg, OrderKey};
 
 use cache::GroupCache;
 use codec::CLOSED_BELOW_KEY;
@@ -48,6 +51,8 @@ pub enum AggKind {
     Min,
     Max,
     Avg,
+    /// Any other aggregate, recomputed from each group's kept rows ([`general`]).
+    General,
 }
 
 #[derive(Clone)]
@@ -60,6 +65,8 @@ pub struct AggCall {
     pub output_type: DataType,
     /// `FILTER (WHERE ...)`: only rows for which it is true reach the aggregate.
     pub filter: Option<Arc<dyn PhysicalExpr>>,
+    /// For [`AggKind::General`]: what is kept and how the result is computed.
+    pub general: Option<Arc<GeneralAgg>>,
 }
 
 /// What runs on the aggregate's result rows before they leave the operator.
@@ -97,6 +104,29 @@ enum Extreme {
     Distinct,
     /// `sum(DISTINCT)`: the sum of the distinct values (kept in the result's type).
     Sum,
+    /// A general aggregate recomputed from the kept rows.
+    Recompute,
+}
+
+/// The signs of the rows, with 0 for those the call's `FILTER` rejects: they change
+/// no state.
+fn filtered_signs<'a>(
+    call: &AggCall,
+    batch: &RecordBatch,
+    signs: &'a [i64],
+) -> Result<std::borrow::Cow<'a, [i64]>> {
+    Ok(match &call.filter {
+        Some(predicate) => {
+            let keep = mask(predicate, batch)?;
+            signs
+                .iter()
+                .zip(keep.values().iter())
+                .map(|(sign, kept)| if kept { *sign } else { 0 })
+                .collect::<Vec<_>>()
+                .into()
+        }
+        None => signs.into(),
+    })
 }
 
 /// The state of a `sum` or `avg`: exact for integers, decimals and durations (as
@@ -243,6 +273,17 @@ impl HashAgg {
                     AggKind::Sum | AggKind::Avg => sum_state(c)?,
                     AggKind::Min => values(Extreme::Min)?,
                     AggKind::Max => values(Extreme::Max)?,
+                    AggKind::General => {
+                        let general = c.general.as_ref().ok_or_else(|| {
+                            EddyError::internal("general aggregate without its definition")
+                        })?;
+                        AggState::Values {
+                            counts: vec![],
+                            codec: general.codec()?,
+                            value_type: c.output_type.clone(),
+                            take: Extreme::Recompute,
+                        }
+                    }
                 })
             })
             .collect::<Result<Vec<_>>>()?;
@@ -480,24 +521,42 @@ impl HashAgg {
             self.mark_dirty(*g);
         }
         for (call, state) in self.calls.iter().zip(self.states.iter_mut()) {
+            if let (Some(general), AggState::Values { counts, codec, .. }) =
+                (&call.general, &mut *state)
+            {
+                let signs = filtered_signs(call, batch, signs)?;
+                let rows = codec.convert_columns(&general.kept_columns(batch)?)?;
+                for (i, (g, sign)) in ids.iter().zip(signs.iter()).enumerate() {
+                    if *sign == 0 {
+                        continue;
+                    }
+                    let row = rows.row(i);
+                    let bytes = cache::value_bytes(row.as_ref());
+                    let group = &mut counts[*g];
+                    match group.get_mut(row.as_ref()) {
+                        Some(c) => {
+                            *c += sign;
+                            if *c == 0 {
+                                group.remove(row.as_ref());
+                                self.sizes[*g] -= bytes;
+                                self.resident_bytes -= bytes;
+                            }
+                        }
+                        None => {
+                            group.insert(row.as_ref().to_vec(), *sign);
+                            self.sizes[*g] += bytes;
+                            self.resident_bytes += bytes;
+                        }
+                    }
+                }
+                continue;
+            }
             let arg = match &call.arg {
                 Some(e) => Some(e.evaluate(batch)?.into_array(batch.num_rows())?),
                 None => None,
             };
-            // Rows a FILTER rejects count with sign 0: they change no state.
-            let filtered: Vec<i64>;
-            let signs: &[i64] = match &call.filter {
-                Some(predicate) => {
-                    let keep = mask(predicate, batch)?;
-                    filtered = signs
-                        .iter()
-                        .zip(keep.values().iter())
-                        .map(|(sign, kept)| if kept { *sign } else { 0 })
-                        .collect();
-                    &filtered
-                }
-                None => signs,
-            };
+            let signs = filtered_signs(call, batch, signs)?;
+            let signs: &[i64] = &signs;
             match (state, arg) {
                 (AggState::Count(counts), None) => {
                     for (g, sign) in ids.iter().zip(signs) {
@@ -673,6 +732,25 @@ impl HashAgg {
                 } => Arc::new(Int64Array::from_iter_values(
                     groups.iter().map(|g| counts[*g].len() as i64),
                 )),
+                AggState::Values {
+                    counts,
+                    codec,
+                    take: Extreme::Recompute,
+                    ..
+                } => {
+                    let general = call.general.as_ref().ok_or_else(|| {
+                        EddyError::internal("general aggregate without its definition")
+                    })?;
+                    let results = groups
+                        .iter()
+                        .map(|g| general.evaluate(codec, &counts[*g]))
+                        .collect::<Result<Vec<_>>>()?;
+                    if results.is_empty() {
+                        arrow::array::new_empty_array(field.data_type())
+                    } else {
+                        ScalarValue::iter_to_array(results)?
+                    }
+                }
                 AggState::Values {
                     counts,
                     codec,
