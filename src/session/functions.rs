@@ -76,6 +76,7 @@ pub fn register(ctx: &SessionContext) {
     ctx.register_udf(ScalarUDF::new_from_impl(PgTypeof {
         signature: Signature::any(1, Volatility::Immutable),
     }));
+    ctx.register_udf(super::to_char::udf());
     ctx.register_udf(ScalarUDF::new_from_impl(JsonBuildObject {
         signature: Signature::variadic_any(Volatility::Stable),
     }));

@@ -22,6 +22,7 @@ mod sinks;
 mod sources;
 mod sql_rewrite;
 mod system_params;
+mod to_char;
 mod token_rewrites;
 pub mod users;
 pub mod vars;
