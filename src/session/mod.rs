@@ -13,7 +13,7 @@ mod copy;
 mod ddl;
 pub mod drop;
 mod failover;
-mod functions;
+pub mod functions;
 pub mod materialized_views;
 mod pg_semantics;
 mod session_windows;

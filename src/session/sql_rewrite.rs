@@ -46,8 +46,29 @@ pub fn rewrite(statement: &mut Statement) {
     let _ = statement.visit(&mut Int2VectorFunctions);
     let _ = statement.visit(&mut LikeEscape);
     let _ = statement.visit(&mut WindowFunctions);
-    if let Statement::Query(query) = statement {
-        alias_duplicate_columns(&mut query.body);
+    let _ = statement.visit(&mut SeriesColumnAlias);
+    let _ = statement.visit(&mut ModFunction);
+    match statement {
+        Statement::Query(query) => alias_duplicate_columns(&mut query.body),
+        Statement::Insert(insert) => {
+            if let Some(source) = &mut insert.source {
+                alias_duplicate_columns(&mut source.body);
+            }
+        }
+        _ => {}
+    }
+}
+
+/// The name DataFusion gives an unaliased select item: a column's own name, also through
+/// casts (`v::varchar` is named `v`, as in PostgreSQL).
+fn datafusion_name(expr: &Expr) -> String {
+    match expr {
+        Expr::Identifier(id) => id.value.clone(),
+        Expr::CompoundIdentifier(parts) => {
+            parts.last().map(|p| p.value.clone()).unwrap_or_default()
+        }
+        Expr::Cast { expr, .. } => datafusion_name(expr),
+        other => other.to_string(),
     }
 }
 
@@ -65,16 +86,7 @@ fn alias_duplicate_columns(body: &mut SetExpr) {
     let mut seen: Vec<String> = Vec::new();
     for (i, item) in select.projection.iter_mut().enumerate() {
         let (expr, name) = match item {
-            SelectItem::UnnamedExpr(e) => {
-                let name = match &*e {
-                    Expr::Identifier(id) => id.value.clone(),
-                    Expr::CompoundIdentifier(parts) => {
-                        parts.last().map(|p| p.value.clone()).unwrap_or_default()
-                    }
-                    other => other.to_string(),
-                };
-                (e.clone(), name)
-            }
+            SelectItem::UnnamedExpr(e) => (e.clone(), datafusion_name(e)),
             SelectItem::ExprWithAlias { expr, alias } => (expr.clone(), alias.value.clone()),
             _ => return, // a `*` makes positions unknowable; leave the query alone
         };
@@ -91,6 +103,45 @@ fn alias_duplicate_columns(body: &mut SetExpr) {
         } else {
             seen.push(name);
         }
+    }
+}
+
+/// PostgreSQL's `mod(a, b)` is DataFusion's `a % b` (same sign rule: the dividend's).
+struct ModFunction;
+
+impl VisitorMut for ModFunction {
+    type Break = ();
+
+    fn post_visit_expr(&mut self, expr: &mut Expr) -> ControlFlow<()> {
+        let Expr::Function(f) = expr else {
+            return ControlFlow::Continue(());
+        };
+        if !f.name.to_string().eq_ignore_ascii_case("mod") {
+            return ControlFlow::Continue(());
+        }
+        let FunctionArguments::List(list) = &f.args else {
+            return ControlFlow::Continue(());
+        };
+        let args: Vec<Expr> = list
+            .args
+            .iter()
+            .filter_map(|a| match a {
+                datafusion::sql::sqlparser::ast::FunctionArg::Unnamed(
+                    datafusion::sql::sqlparser::ast::FunctionArgExpr::Expr(e),
+                ) => Some(e.clone()),
+                _ => None,
+            })
+            .collect();
+        if let [a, b] = args.as_slice()
+            && list.args.len() == 2
+        {
+            *expr = Expr::Nested(Box::new(Expr::BinaryOp {
+                left: Box::new(Expr::Nested(Box::new(a.clone()))),
+                op: datafusion::sql::sqlparser::ast::BinaryOperator::Modulo,
+                right: Box::new(Expr::Nested(Box::new(b.clone()))),
+            }));
+        }
+        ControlFlow::Continue(())
     }
 }
 
@@ -346,6 +397,39 @@ fn unnest_source(relation: &TableFactor) -> Option<(String, String)> {
             _ => None,
         },
         _ => None,
+    }
+}
+
+/// `FROM generate_series(1, 3) AS v`: as in PostgreSQL, the alias of a function
+/// returning one column names that column too (DataFusion would keep `value`).
+struct SeriesColumnAlias;
+
+impl VisitorMut for SeriesColumnAlias {
+    type Break = ();
+
+    fn pre_visit_table_factor(&mut self, factor: &mut TableFactor) -> ControlFlow<()> {
+        let (name, alias) = match factor {
+            TableFactor::Table {
+                name,
+                args: Some(_),
+                alias: Some(alias),
+                ..
+            } => (name, alias),
+            TableFactor::Function {
+                name,
+                alias: Some(alias),
+                ..
+            } => (name, alias),
+            _ => return ControlFlow::Continue(()),
+        };
+        let function = name.to_string().to_ascii_lowercase();
+        if alias.columns.is_empty() && matches!(function.as_str(), "generate_series" | "range") {
+            alias.columns = vec![datafusion::sql::sqlparser::ast::TableAliasColumnDef {
+                name: alias.name.clone(),
+                data_type: None,
+            }];
+        }
+        ControlFlow::Continue(())
     }
 }
 
