@@ -73,6 +73,22 @@ pub fn register(ctx: &SessionContext) {
             Ok(ColumnarValue::Scalar(ScalarValue::Boolean(Some(true))))
         }),
     ));
+    // `now()` in a view: the processing time, which temporal filters compare rows with.
+    ctx.register_udf(create_udf(
+        crate::stream::planner::NOW_FUNCTION,
+        vec![],
+        DataType::Timestamp(
+            arrow::datatypes::TimeUnit::Microsecond,
+            Some("+00:00".into()),
+        ),
+        Volatility::Volatile,
+        Arc::new(|_args: &[ColumnarValue]| {
+            Ok(ColumnarValue::Scalar(ScalarValue::TimestampMicrosecond(
+                Some(crate::stream::operators::temporal_filter::processing_time_micros()),
+                Some("+00:00".into()),
+            )))
+        }),
+    ));
     ctx.register_udf(ScalarUDF::new_from_impl(PgTypeof {
         signature: Signature::any(1, Volatility::Immutable),
     }));

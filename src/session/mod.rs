@@ -214,7 +214,10 @@ impl Engine {
     /// [`crate::stream::planner::plan_job`].
     pub async fn plan_streaming_query(&self, sql: &str) -> Result<LogicalPlan> {
         let state = self.ctx.state();
-        let plan = state.create_logical_plan(sql).await?;
+        let with_now = sql_rewrite::streaming_now(sql);
+        let plan = state
+            .create_logical_plan(with_now.as_deref().unwrap_or(sql))
+            .await?;
         // DataFusion's rules, less those whose output a streaming job cannot run:
         // `count(DISTINCT x)` stays an aggregate (HashAgg counts distinct values itself)
         // instead of becoming an aggregate over an aggregate.

@@ -40,6 +40,55 @@ use std::ops::ControlFlow;
 
 use super::token_rewrites::{FLINK_CUMULATE, FLINK_HOP, FLINK_SESSION, FLINK_TUMBLE};
 
+/// The query of a materialized view or sink with `now()` (and `CURRENT_TIMESTAMP`)
+/// as the processing-time function the stream planner turns into a temporal filter:
+/// DataFusion would otherwise fold `now()` into the time the view was created.
+pub fn streaming_now(sql: &str) -> Option<String> {
+    let mut statements = Parser::parse_sql(&PostgreSqlDialect {}, sql).ok()?;
+    let mut visitor = ProcessingTime { replaced: false };
+    for s in &mut statements {
+        let _ = s.visit(&mut visitor);
+    }
+    visitor.replaced.then(|| {
+        statements
+            .iter()
+            .map(|s| s.to_string())
+            .collect::<Vec<_>>()
+            .join("; ")
+    })
+}
+
+struct ProcessingTime {
+    replaced: bool,
+}
+
+impl VisitorMut for ProcessingTime {
+    type Break = ();
+
+    fn post_visit_expr(&mut self, expr: &mut Expr) -> ControlFlow<()> {
+        if let Expr::Function(f) = expr {
+            let name = f.name.to_string().to_ascii_lowercase();
+            let no_args = match &f.args {
+                FunctionArguments::None => true,
+                FunctionArguments::List(l) => l.args.is_empty(),
+                FunctionArguments::Subquery(_) => false,
+            };
+            if no_args && matches!(name.as_str(), "now" | "current_timestamp") {
+                f.name = ObjectName::from(vec![Ident::new(crate::stream::planner::NOW_FUNCTION)]);
+                f.args = FunctionArguments::List(
+                    datafusion::sql::sqlparser::ast::FunctionArgumentList {
+                        duplicate_treatment: None,
+                        args: vec![],
+                        clauses: vec![],
+                    },
+                );
+                self.replaced = true;
+            }
+        }
+        ControlFlow::Continue(())
+    }
+}
+
 pub fn rewrite(statement: &mut Statement) {
     let _ = statement.visit(&mut ArraySubquery);
     let _ = statement.visit(&mut CatalogScalarSubquery);

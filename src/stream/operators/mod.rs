@@ -8,6 +8,7 @@ pub mod hash_join;
 pub mod over_window;
 pub mod project;
 pub mod tag_keys;
+pub mod temporal_filter;
 pub mod top_n;
 pub mod unnest;
 

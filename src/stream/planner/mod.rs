@@ -45,7 +45,10 @@ mod over_window;
 /// The always-true, volatile function that marks the table side of a temporal join
 /// (`FOR SYSTEM_TIME AS OF`): the SQL rewrite filters the table by it.
 pub const TEMPORAL_JOIN_MARKER: &str = "__eddy_temporal_join";
+mod temporal_filter;
 mod top_n;
+
+pub use temporal_filter::NOW_FUNCTION;
 
 /// A stream plan before it is cut into fragments.
 enum Node {
@@ -78,6 +81,13 @@ enum Node {
         input: Box<Node>,
         watermarks: Vec<usize>,
     },
+    /// A stateful operator over updatable rows keeping its state by their stream key,
+    /// behind a hash exchange on it (a temporal filter).
+    StreamKeyed {
+        spec: OperatorSpec,
+        input: Box<Node>,
+        watermarks: Vec<usize>,
+    },
     Union {
         inputs: Vec<Node>,
         watermarks: Vec<usize>,
@@ -102,7 +112,7 @@ impl Node {
             Node::Connector { .. } => false,
             // An append-only table's changes are inserts only; their keys are dropped.
             Node::Changes { relation, .. } => !relation.is_append_only(),
-            Node::Keyed { .. } => true,
+            Node::Keyed { .. } | Node::StreamKeyed { .. } => true,
             Node::Op { input, .. } => input.keyed(),
             Node::Union { inputs, .. } => inputs.iter().any(Node::keyed),
             Node::Join { keyed, .. } => *keyed,
@@ -119,6 +129,7 @@ impl Node {
                 .collect(),
             Node::Op { watermarks, .. }
             | Node::Keyed { watermarks, .. }
+            | Node::StreamKeyed { watermarks, .. }
             | Node::Union { watermarks, .. } => watermarks.clone(),
             // A stored row joined with a new one can carry any older time.
             Node::Join { .. } => vec![],
@@ -229,6 +240,12 @@ fn describe_post(post: &[PostOp]) -> String {
 }
 
 fn physical(expr: &Expr, schema: &DFSchema) -> Result<Arc<dyn PhysicalExpr>> {
+    // `now()` has a meaning in a view only as a temporal filter (planned apart).
+    if temporal_filter::mentions_now(expr) {
+        return Err(unsupported(
+            "now() other than in a WHERE condition comparing a time with now() plus or minus a constant interval",
+        ));
+    }
     Ok(create_physical_expr(
         expr,
         schema,
@@ -378,6 +395,7 @@ fn root_has_window_close(node: &Node) -> bool {
         Node::Keyed { spec, input, .. } => {
             spec.describe.contains("emit on window close") || root_has_window_close(input)
         }
+        Node::StreamKeyed { input, .. } => root_has_window_close(input),
         Node::Union { inputs, .. } => inputs.iter().any(root_has_window_close),
         Node::Join { inputs, .. } => inputs.iter().any(root_has_window_close),
     }
@@ -490,6 +508,21 @@ fn fragment_of(node: Node, fragments: &mut Vec<Fragment>, parallelism: usize) ->
                 input: FragmentInput::Upstream(vec![(from, exchange)]),
                 chain: vec![spec],
                 parallelism: subtasks,
+                keyed: true,
+            });
+            fragments.len() - 1
+        }
+        Node::StreamKeyed { spec, input, .. } => {
+            let from = fragment_of(*input, fragments, parallelism);
+            let exchange = if fragments[from].parallelism == 1 && parallelism == 1 {
+                Exchange::Forward
+            } else {
+                Exchange::HashStreamKey
+            };
+            fragments.push(Fragment {
+                input: FragmentInput::Upstream(vec![(from, exchange)]),
+                chain: vec![spec],
+                parallelism,
                 keyed: true,
             });
             fragments.len() - 1
@@ -610,6 +643,15 @@ fn visit(plan: &LogicalPlan, ctx: &PlanContext) -> Result<Partial> {
             plain(node)
         }
         LogicalPlan::Filter(filter) => {
+            if temporal_filter::mentions_now(&filter.predicate) {
+                let schema = filter.input.schema();
+                let (bounds, rest) = temporal_filter::split(&filter.predicate, schema)?;
+                let mut input = visit(&filter.input, ctx)?.finish()?;
+                if let Some(rest) = datafusion::logical_expr::utils::conjunction(rest) {
+                    input = filter_node(physical(&rest, schema)?, input);
+                }
+                return plain(temporal_filter::node(bounds, input, ctx, schema)?);
+            }
             if let Some(node) = top_n::ranking_filter(filter, ctx)? {
                 return plain(node);
             }
