@@ -2,6 +2,7 @@
 //! on whole batches; a chain of them is called synchronously inside one task.
 
 pub mod drop_keys;
+pub mod eowc_sort;
 pub mod filter;
 pub mod hash_agg;
 pub mod hash_join;

@@ -78,6 +78,9 @@ enum Node {
         keys: Vec<Arc<dyn PhysicalExpr>>,
         key_types: Vec<arrow::datatypes::DataType>,
         key_names: String,
+        /// The operator outputs inserts only, without keys (rows buffered until the
+        /// watermark passes them).
+        append_only_output: bool,
         input: Box<Node>,
         watermarks: Vec<usize>,
     },
@@ -112,7 +115,10 @@ impl Node {
             Node::Connector { .. } => false,
             // An append-only table's changes are inserts only; their keys are dropped.
             Node::Changes { relation, .. } => !relation.is_append_only(),
-            Node::Keyed { .. } | Node::StreamKeyed { .. } => true,
+            Node::Keyed {
+                append_only_output, ..
+            } => !append_only_output,
+            Node::StreamKeyed { .. } => true,
             Node::Op { input, .. } => input.keyed(),
             Node::Union { inputs, .. } => inputs.iter().any(Node::keyed),
             Node::Join { keyed, .. } => *keyed,
@@ -223,6 +229,7 @@ impl Partial {
             keys: agg.group_exprs,
             key_types: agg.group_types,
             key_names: agg.group_names.join(", "),
+            append_only_output: false,
             input: Box::new(agg.input),
             watermarks: agg.watermarks,
         })
@@ -364,12 +371,22 @@ fn source_watermark(
 /// `streaming_parallelism`).
 pub fn plan_job(plan: &LogicalPlan, ctx: &PlanContext) -> Result<StreamGraph> {
     let parallelism = ctx.parallelism;
-    let root = visit(plan, ctx)?.finish()?;
+    let mut root = visit(plan, ctx)?.finish()?;
     if ctx.emit_on_window_close && !root_has_window_close(&root) {
-        return Err(EddyError::not_supported(
-            "EMIT ON WINDOW CLOSE needs a GROUP BY on a column with a watermark \
-             (such as window_start of TUMBLE or HOP over a source with WATERMARK FOR)",
-        ));
+        // Without such an aggregate: append-only rows are released as the watermark
+        // passes them.
+        match root.watermarks().first() {
+            Some(&column) if !root.keyed() => {
+                root = eowc_sort_node(column, plan.schema(), root)?;
+            }
+            _ => {
+                return Err(EddyError::not_supported(
+                    "EMIT ON WINDOW CLOSE needs a GROUP BY on a column with a watermark \
+                     (such as window_start of TUMBLE or HOP over a source with WATERMARK FOR), \
+                     or append-only rows with a watermarked column",
+                ));
+            }
+        }
     }
     let schema: SchemaRef = Arc::new(plan.schema().as_arrow().clone());
     let keyed = root.keyed();
@@ -387,13 +404,57 @@ pub fn plan_job(plan: &LogicalPlan, ctx: &PlanContext) -> Result<StreamGraph> {
     })
 }
 
+/// `EMIT ON WINDOW CLOSE` over append-only rows: each row held until the watermark of
+/// `column` passes it, behind a hash exchange on the whole row.
+fn eowc_sort_node(column: usize, schema: &DFSchema, input: Node) -> Result<Node> {
+    use super::operators::eowc_sort::EowcSort;
+    let schema: SchemaRef = Arc::new(schema.as_arrow().clone());
+    let keys: Vec<Arc<dyn PhysicalExpr>> = schema
+        .fields()
+        .iter()
+        .enumerate()
+        .map(|(i, f)| {
+            Arc::new(datafusion::physical_expr::expressions::Column::new(
+                f.name(),
+                i,
+            )) as Arc<dyn PhysicalExpr>
+        })
+        .collect();
+    let key_types = schema
+        .fields()
+        .iter()
+        .map(|f| f.data_type().clone())
+        .collect();
+    EowcSort::new(column, schema.clone())?;
+    let watermarks = input.watermarks();
+    Ok(Node::Keyed {
+        spec: OperatorSpec {
+            describe: format!(
+                "EowcSort(rows released as the watermark of {} passes)",
+                schema.field(column).name()
+            ),
+            build: Arc::new(move || {
+                Ok(Box::new(EowcSort::new(column, schema.clone())?) as Box<dyn Operator>)
+            }),
+        },
+        keys,
+        key_types,
+        key_names: "the whole row".into(),
+        append_only_output: true,
+        input: Box::new(input),
+        watermarks,
+    })
+}
+
 /// Whether an aggregate of the plan emits on window close.
 fn root_has_window_close(node: &Node) -> bool {
     match node {
         Node::Connector { .. } | Node::Changes { .. } => false,
         Node::Op { input, .. } => root_has_window_close(input),
         Node::Keyed { spec, input, .. } => {
-            spec.describe.contains("emit on window close") || root_has_window_close(input)
+            spec.describe.contains("emit on window close")
+                || spec.describe.starts_with("EowcSort")
+                || root_has_window_close(input)
         }
         Node::StreamKeyed { input, .. } => root_has_window_close(input),
         Node::Union { inputs, .. } => inputs.iter().any(root_has_window_close),
@@ -488,6 +549,7 @@ fn fragment_of(node: Node, fragments: &mut Vec<Fragment>, parallelism: usize) ->
             keys,
             key_types,
             key_names,
+            append_only_output,
             input,
             ..
         } => {
@@ -508,7 +570,7 @@ fn fragment_of(node: Node, fragments: &mut Vec<Fragment>, parallelism: usize) ->
                 input: FragmentInput::Upstream(vec![(from, exchange)]),
                 chain: vec![spec],
                 parallelism: subtasks,
-                keyed: true,
+                keyed: !append_only_output,
             });
             fragments.len() - 1
         }

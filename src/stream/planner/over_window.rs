@@ -98,6 +98,7 @@ pub(super) fn window_node(window: &Window, ctx: &PlanContext) -> Result<Node> {
         keys: partition,
         key_types: partition_types,
         key_names: partition_names.join(", "),
+        append_only_output: false,
         input: Box::new(input),
         watermarks: watermarks.iter().map(|(_, output)| *output).collect(),
     })

@@ -190,6 +190,7 @@ pub(super) fn node(
             keys,
             key_types,
             key_names: "the whole row".into(),
+            append_only_output: false,
             input: Box::new(input),
             watermarks,
         }

@@ -271,6 +271,7 @@ fn top_n_node(
         keys: partition,
         key_types: partition_types,
         key_names: partition_names.join(", "),
+        append_only_output: false,
         input: Box::new(input),
         watermarks: vec![],
     })

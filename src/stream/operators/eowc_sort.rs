@@ -1,0 +1,192 @@
+//! EowcSort: `EMIT ON WINDOW CLOSE` on a query without an aggregate. Append-only rows are
+//! held until the watermark of their time column passes them (a row whose time is below
+//! the watermark can no longer be joined by earlier ones), then emitted in time order
+//! and forgotten. Rows that arrive below the watermark are late and dropped, as the
+//! window-closing aggregate drops them. Held rows are kept in RocksDB too, in the key
+//! group of the whole row (which the hash exchange in front routes by).
+
+use super::{Operator, WatermarkOutput};
+use crate::error::{EddyError, Result};
+use crate::state::{OperatorState, key_group_of};
+use crate::stream::{StreamChunk, Watermark};
+use arrow::array::{Array, RecordBatch};
+use arrow::compute::cast;
+use arrow::datatypes::SchemaRef;
+use arrow::row::{RowConverter, SortField};
+use rocksdb::WriteBatch;
+use std::collections::BTreeMap;
+
+pub struct EowcSort {
+    /// The watermarked column rows are released by.
+    column: usize,
+    schema: SchemaRef,
+    /// Whole rows (the exchange's routing encoding).
+    row_codec: RowConverter,
+    /// The time column, memcomparable.
+    time_codec: RowConverter,
+    /// Held rows by (time, a unique suffix): encoded rows.
+    held: BTreeMap<Vec<u8>, Vec<u8>>,
+    /// Held keys added or released since the last checkpoint.
+    changed: Vec<(Vec<u8>, bool)>,
+    /// Rows below this time are late.
+    released_below: Option<Vec<u8>>,
+    /// Unique suffixes: a random prefix per operator instance, then a counter.
+    salt: u64,
+    next: u64,
+}
+
+impl EowcSort {
+    pub fn new(column: usize, schema: SchemaRef) -> Result<Self> {
+        let row_codec = RowConverter::new(
+            schema
+                .fields()
+                .iter()
+                .map(|f| SortField::new(f.data_type().clone()))
+                .collect(),
+        )?;
+        let time_codec = RowConverter::new(vec![SortField::new(
+            schema.field(column).data_type().clone(),
+        )])?;
+        Ok(Self {
+            column,
+            schema,
+            row_codec,
+            time_codec,
+            held: BTreeMap::new(),
+            changed: Vec::new(),
+            released_below: None,
+            salt: super::temporal_filter::processing_time_micros() as u64 ^ 0x9e37_79b9_7f4a_7c15,
+            next: 0,
+        })
+    }
+
+    /// Emits the held rows below `bound` (all with `None`), in time order.
+    fn release(&mut self, bound: Option<&[u8]>) -> Result<Vec<StreamChunk>> {
+        let released = match bound {
+            Some(bound) => {
+                let kept = self.held.split_off(bound);
+                std::mem::replace(&mut self.held, kept)
+            }
+            None => std::mem::take(&mut self.held),
+        };
+        if released.is_empty() {
+            return Ok(vec![]);
+        }
+        let parser = self.row_codec.parser();
+        let columns = self
+            .row_codec
+            .convert_rows(released.values().map(|r| parser.parse(r)))?;
+        self.changed.extend(
+            released
+                .into_iter()
+                .map(|(k, row)| (time_key_with_row(k, row), false)),
+        );
+        let batch = RecordBatch::try_new(self.schema.clone(), columns)?;
+        Ok(vec![StreamChunk::inserts(batch)])
+    }
+}
+
+/// The state entry of a held row: its key, then the row (so the key group can be
+/// computed at checkpoint from the row).
+fn time_key_with_row(key: Vec<u8>, row: Vec<u8>) -> Vec<u8> {
+    let mut out = Vec::with_capacity(4 + key.len() + row.len());
+    out.extend_from_slice(&(key.len() as u32).to_be_bytes());
+    out.extend_from_slice(&key);
+    out.extend_from_slice(&row);
+    out
+}
+
+fn split_entry(entry: &[u8]) -> Result<(&[u8], &[u8])> {
+    let malformed = || EddyError::internal("a held row's state is malformed");
+    let len: [u8; 4] = entry.get(..4).ok_or_else(malformed)?.try_into().expect("4");
+    let len = u32::from_be_bytes(len) as usize;
+    let key = entry.get(4..4 + len).ok_or_else(malformed)?;
+    Ok((key, &entry[4 + len..]))
+}
+
+impl Operator for EowcSort {
+    fn name(&self) -> &'static str {
+        "EowcSort"
+    }
+
+    fn process(&mut self, chunk: StreamChunk) -> Result<Vec<StreamChunk>> {
+        if chunk.keys.is_some() || chunk.ops.iter().any(|op| !op.is_insert()) {
+            return Err(EddyError::internal(
+                "EMIT ON WINDOW CLOSE without an aggregate got updates",
+            ));
+        }
+        let rows = self.row_codec.convert_columns(chunk.batch.columns())?;
+        let times = self
+            .time_codec
+            .convert_columns(&[chunk.batch.column(self.column).clone()])?;
+        for i in 0..chunk.num_rows() {
+            if chunk.batch.column(self.column).is_null(i) {
+                continue; // never closed by any watermark
+            }
+            let time = times.row(i);
+            if self
+                .released_below
+                .as_ref()
+                .is_some_and(|b| time.as_ref() < b.as_slice())
+            {
+                continue; // late
+            }
+            self.next += 1;
+            let mut key = time.as_ref().to_vec();
+            key.extend_from_slice(&self.salt.to_be_bytes());
+            key.extend_from_slice(&self.next.to_be_bytes());
+            let row = rows.row(i).as_ref().to_vec();
+            self.changed
+                .push((time_key_with_row(key.clone(), row.clone()), true));
+            self.held.insert(key, row);
+        }
+        Ok(vec![])
+    }
+
+    fn on_watermark(&mut self, watermark: Watermark) -> Result<WatermarkOutput> {
+        if watermark.column != self.column {
+            return Ok((vec![], vec![watermark]));
+        }
+        let value = watermark.value.to_array_of_size(1)?;
+        let value = cast(&value, self.schema.field(self.column).data_type())?;
+        let bound = self
+            .time_codec
+            .convert_columns(&[value])?
+            .row(0)
+            .as_ref()
+            .to_vec();
+        if self.released_below.as_ref().is_none_or(|b| *b < bound) {
+            self.released_below = Some(bound.clone());
+        }
+        let chunks = self.release(Some(&bound))?;
+        Ok((chunks, vec![watermark]))
+    }
+
+    fn finish(&mut self) -> Result<Vec<StreamChunk>> {
+        self.release(None)
+    }
+
+    fn state_tables(&self) -> usize {
+        1
+    }
+
+    fn checkpoint(&mut self, tables: &[OperatorState], batch: &mut WriteBatch) -> Result<()> {
+        for (entry, held) in self.changed.drain(..) {
+            let (key, row) = split_entry(&entry)?;
+            let group = key_group_of(row);
+            let mut state_key = Vec::with_capacity(4 + key.len());
+            state_key.extend_from_slice(&(key.len() as u32).to_be_bytes());
+            state_key.extend_from_slice(key);
+            tables[0].put_in_group(batch, group, &state_key, held.then_some(row));
+        }
+        Ok(())
+    }
+
+    fn restore(&mut self, tables: &[OperatorState]) -> Result<()> {
+        tables[0].scan_owned(|state_key, row| {
+            let (key, _) = split_entry(state_key)?;
+            self.held.insert(key.to_vec(), row.to_vec());
+            Ok(())
+        })
+    }
+}
