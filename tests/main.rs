@@ -15,3 +15,4 @@ mod psql;
 mod slt;
 mod state_cache;
 mod streaming;
+mod two_tables;

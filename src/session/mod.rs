@@ -17,6 +17,7 @@ pub mod functions;
 pub mod materialized_views;
 mod pg_semantics;
 mod session_windows;
+mod set_operations;
 mod show;
 mod sinks;
 mod sources;
@@ -218,6 +219,7 @@ impl Engine {
         let plan = state
             .create_logical_plan(with_now.as_deref().unwrap_or(sql))
             .await?;
+        let plan = set_operations::rewrite(plan)?;
         // DataFusion's rules, less those whose output a streaming job cannot run:
         // `count(DISTINCT x)` stays an aggregate (HashAgg counts distinct values itself)
         // instead of becoming an aggregate over an aggregate.
@@ -696,6 +698,7 @@ impl Session {
             .statement_to_plan(DFStatement::Statement(Box::new(stmt)))
             .await?;
         let plan = pg_semantics::rewrite(plan)?;
+        let plan = set_operations::rewrite(plan)?;
         SQLOptions::new()
             .with_allow_ddl(false)
             .with_allow_statements(false)

@@ -97,6 +97,7 @@ pub fn rewrite(statement: &mut Statement) {
     let _ = statement.visit(&mut WindowFunctions);
     let _ = statement.visit(&mut SeriesColumnAlias);
     let _ = statement.visit(&mut ModFunction);
+    let _ = statement.visit(&mut CountedSetOperations);
     match statement {
         Statement::Query(query) => alias_duplicate_columns(&mut query.body),
         Statement::Insert(insert) => {
@@ -117,6 +118,8 @@ fn datafusion_name(expr: &Expr) -> String {
             parts.last().map(|p| p.value.clone()).unwrap_or_default()
         }
         Expr::Cast { expr, .. } => datafusion_name(expr),
+        // DataFusion names every scalar subquery alike.
+        Expr::Subquery(_) => "(<subquery>)".to_string(),
         other => other.to_string(),
     }
 }
@@ -191,6 +194,48 @@ impl VisitorMut for ModFunction {
             }));
         }
         ControlFlow::Continue(())
+    }
+}
+
+/// Marks the right input of `EXCEPT ALL` / `INTERSECT ALL` (see `set_operations`),
+/// whose DataFusion plan is then rebuilt to count copies as PostgreSQL does.
+struct CountedSetOperations;
+
+impl VisitorMut for CountedSetOperations {
+    type Break = ();
+
+    fn pre_visit_query(&mut self, query: &mut Query) -> ControlFlow<()> {
+        mark_counted(&mut query.body);
+        ControlFlow::Continue(())
+    }
+}
+
+fn mark_counted(body: &mut SetExpr) {
+    use datafusion::sql::sqlparser::ast::{SetOperator, SetQuantifier};
+    let SetExpr::SetOperation {
+        op,
+        set_quantifier,
+        left,
+        right,
+    } = body
+    else {
+        return;
+    };
+    mark_counted(left);
+    mark_counted(right);
+    let mark = match (op, set_quantifier) {
+        (SetOperator::Except | SetOperator::Minus, SetQuantifier::All) => {
+            super::set_operations::EXCEPT_ALL_MARK
+        }
+        (SetOperator::Intersect, SetQuantifier::All) => super::set_operations::INTERSECT_ALL_MARK,
+        _ => return,
+    };
+    let sql = format!("SELECT * FROM ({right}) AS {mark}");
+    if let Ok(Statement::Query(q)) = Parser::new(&PostgreSqlDialect {})
+        .try_with_sql(&sql)
+        .and_then(|mut p| p.parse_statement())
+    {
+        **right = *q.body;
     }
 }
 

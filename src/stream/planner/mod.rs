@@ -247,6 +247,14 @@ fn describe_post(post: &[PostOp]) -> String {
 }
 
 fn physical(expr: &Expr, schema: &DFSchema) -> Result<Arc<dyn PhysicalExpr>> {
+    if expr
+        .exists(|e| Ok(matches!(e, Expr::ScalarSubquery(_))))
+        .unwrap_or(false)
+    {
+        return Err(unsupported(
+            "a scalar subquery that does not refer to the outer query (join with it instead)",
+        ));
+    }
     // `now()` has a meaning in a view only as a temporal filter (planned apart).
     if temporal_filter::mentions_now(expr) {
         return Err(unsupported(
