@@ -4,6 +4,7 @@
 //! with its data in a fresh temporary directory.
 
 mod auth;
+mod bounded_state;
 mod checkpoints;
 mod clients;
 mod common;

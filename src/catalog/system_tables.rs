@@ -13,6 +13,9 @@
 //! - `eddy_catalog.state_cache`: one row — the memory operators' state caches may use
 //!   (`--state-cache-mb`) and use now, how many entries were evicted and read back from
 //!   RocksDB, and how many barriers came early because caches were full of changes.
+//! - `eddy_catalog.state_tables`: every internal state table of every running job — its
+//!   fragment, the operator keeping it, and the rows (keys) and bytes (keys and values)
+//!   it holds now in RocksDB, counted by scanning it.
 
 use crate::checkpoint::Coordinator;
 use crate::stream::job::JobRegistry;
@@ -39,6 +42,7 @@ pub struct SystemSources {
     pub jobs: Arc<JobRegistry>,
     pub checkpoints: Arc<Coordinator>,
     pub cache_budget: Arc<crate::state::CacheBudget>,
+    pub store: Arc<crate::state::StateStore>,
 }
 
 /// Builds a system table's rows from the running system, at scan time.
@@ -79,6 +83,7 @@ impl SystemSchema {
                 table("tasks", tasks_schema(), tasks_rows),
                 table("checkpoints", checkpoints_schema(), checkpoints_rows),
                 table("state_cache", state_cache_schema(), state_cache_rows),
+                table("state_tables", state_tables_schema(), state_tables_rows),
             ],
         }
     }
@@ -367,6 +372,52 @@ fn state_cache_rows(sources: &SystemSources, schema: SchemaRef) -> DFResult<Reco
             column(budget.evictions()),
             column(budget.loads()),
             column(budget.early_barriers()),
+        ],
+    )?)
+}
+
+fn state_tables_schema() -> SchemaRef {
+    Arc::new(Schema::new(vec![
+        Field::new("job", DataType::Utf8, false),
+        Field::new("fragment", DataType::Int32, false),
+        Field::new("operator", DataType::Utf8, false),
+        Field::new("table_id", DataType::Int64, false),
+        Field::new("rows", DataType::Int64, false),
+        Field::new("bytes", DataType::Int64, false),
+    ]))
+}
+
+fn state_tables_rows(sources: &SystemSources, schema: SchemaRef) -> DFResult<RecordBatch> {
+    let (mut jobs, mut fragments, mut operators, mut ids, mut rows, mut bytes) =
+        (vec![], vec![], vec![], vec![], vec![], vec![]);
+    for job in sources.jobs.jobs() {
+        for (id, fragment, operator) in &job.state_tables {
+            let (mut n, mut size) = (0i64, 0i64);
+            sources
+                .store
+                .scan_prefix(&crate::state::keys::table_prefix(*id), |k, v| {
+                    n += 1;
+                    size += (k.len() + v.len()) as i64;
+                    Ok(())
+                })
+                .map_err(crate::error::EddyError::into_datafusion)?;
+            jobs.push(job.name.clone());
+            fragments.push(*fragment as i32);
+            operators.push(operator.clone());
+            ids.push(*id as i64);
+            rows.push(n);
+            bytes.push(size);
+        }
+    }
+    Ok(RecordBatch::try_new(
+        schema,
+        vec![
+            Arc::new(StringArray::from(jobs)),
+            Arc::new(Int32Array::from(fragments)),
+            Arc::new(StringArray::from(operators)),
+            Arc::new(Int64Array::from(ids)),
+            Arc::new(Int64Array::from(rows)),
+            Arc::new(Int64Array::from(bytes)),
         ],
     )?)
 }

@@ -186,6 +186,7 @@ impl Engine {
                         jobs: jobs.clone(),
                         checkpoints: checkpoints.clone(),
                         cache_budget: store.cache_budget().clone(),
+                        store: store.clone(),
                     },
                 ))),
             )

@@ -79,6 +79,8 @@ pub struct JobInfo {
     pub last_failure: Mutex<Option<String>>,
     /// Source split offsets as of the last barrier: `fragment/split` → rows read.
     pub positions: Mutex<BTreeMap<String, u64>>,
+    /// The job's internal state tables: (table id, fragment, what keeps it).
+    pub state_tables: Vec<(u32, usize, String)>,
     stopped: AtomicBool,
     stop_signal: watch::Sender<bool>,
     /// Tasks still running; the last one to end settles the job's state.
@@ -354,6 +356,7 @@ impl JobRegistry {
         // Internal state tables, numbered over the graph: a connector's positions, then
         // each stateful operator of the chain, fragment by fragment.
         let mut ordinal: u8 = 0;
+        let mut state_tables = Vec::new();
         let mut next_table = || {
             let id = internal_table_id(state.relation_id, ordinal);
             ordinal = ordinal.wrapping_add(1);
@@ -365,6 +368,9 @@ impl JobRegistry {
             };
             let source_table =
                 matches!(fragment.input, FragmentInput::Connector { .. }).then(&mut next_table);
+            if let Some(id) = source_table {
+                state_tables.push((id, f, "source positions".to_string()));
+            }
             let positions = match source_table {
                 Some(id) => SourcePositions::load(&operator_state(id, 0))?,
                 None => Default::default(),
@@ -374,7 +380,16 @@ impl JobRegistry {
             for (position, spec) in fragment.chain.iter().enumerate() {
                 let op = (spec.build)()?;
                 multi_input_head |= position == 0 && op.input_count() > 1;
-                op_tables.push((0..op.state_tables()).map(|_| next_table()).collect());
+                let ids: Vec<u32> = (0..op.state_tables()).map(|_| next_table()).collect();
+                for (k, id) in ids.iter().enumerate() {
+                    let what = if ids.len() > 1 {
+                        format!("{} (table {k})", op.name())
+                    } else {
+                        op.name().to_string()
+                    };
+                    state_tables.push((*id, f, what));
+                }
+                op_tables.push(ids);
             }
             // A join needs each side's watermark; a union passes on their minimum.
             let merge = if multi_input_head {
@@ -560,6 +575,7 @@ impl JobRegistry {
             restarts: AtomicU64::new(0),
             last_failure: Mutex::new(None),
             positions: Mutex::new(BTreeMap::new()),
+            state_tables,
             stopped: AtomicBool::new(false),
             stop_signal,
             running_tasks: AtomicUsize::new(tasks.len()),
