@@ -54,7 +54,7 @@ const SOURCES: &[(&str, &str, &str, u64)] = &[
         "bid",
         "Bid",
         "auction BIGINT, bidder BIGINT, price BIGINT, channel VARCHAR, url VARCHAR, \
-         date_time TIMESTAMP, extra VARCHAR, \
+         date_time TIMESTAMP, extra VARCHAR, p_time TIMESTAMPTZ AS PROCTIME(), \
          WATERMARK FOR date_time AS date_time - INTERVAL '4' SECOND",
         46,
     ),

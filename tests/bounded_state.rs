@@ -12,7 +12,7 @@ const EVENTS_PER_SECOND: u64 = 10_000;
 
 /// Wall-clock nanoseconds between two Nexmark events (the connector paces rows, so a
 /// source's row gap is the event gap over its share of the events).
-const EVENT_GAP_NS: u64 = 25_000;
+const EVENT_GAP_NS: u64 = 100_000;
 
 /// A paced, unbounded Nexmark source; `share` of every 50 events are its rows.
 fn source(name: &str, table_type: &str, share: u64, columns: &str) -> String {
@@ -80,10 +80,11 @@ async fn interval_and_window_join_state_stays_flat() {
     // 1 s of event time.
     let rows_per_interval = EVENTS_PER_SECOND * 2 * 46 / 50;
     // The mean state from 10 to 20 intervals and from 30 to 40: state that grew with the
-    // input would double between them; bounded state stays put. Both jobs run at once
+    // input would more than double between them; bounded state stays put (within the
+    // noise of when barriers and watermarks fall, allowed up to 1.75 times). Both jobs run at once
     // and are sampled together.
     let jobs = ["interval_pairs", "window_pairs"];
-    let deadline = Instant::now() + Duration::from_secs(300);
+    let deadline = Instant::now() + Duration::from_secs(400);
     let mut early = [(0u64, 0u64); 2];
     let mut late = [(0u64, 0u64); 2];
     let mean = |(sum, n): (u64, u64)| sum.checked_div(n).unwrap_or(0);
@@ -106,7 +107,7 @@ async fn interval_and_window_join_state_stays_flat() {
                 eprintln!("{job}: {early} rows in state at 10-20 intervals, {late} at 30-40");
                 assert!(early > 0, "{job}: the join keeps some state");
                 assert!(
-                    late * 2 <= early * 3,
+                    late * 4 <= early * 7,
                     "{job}: state grew from {early} rows to {late} while reading {read} rows"
                 );
             }

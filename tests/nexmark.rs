@@ -77,7 +77,7 @@ fn sources() -> Vec<(&'static str, String, SchemaRef)> {
                 "bid",
                 "Bid",
                 "auction BIGINT, bidder BIGINT, price BIGINT, channel VARCHAR, url VARCHAR, \
-                 date_time TIMESTAMP, extra VARCHAR, \
+                 date_time TIMESTAMP, extra VARCHAR, p_time TIMESTAMPTZ AS PROCTIME(), \
                  WATERMARK FOR date_time AS date_time - INTERVAL '4' SECOND",
             ),
             Arc::new(Schema::new(vec![
@@ -88,9 +88,22 @@ fn sources() -> Vec<(&'static str, String, SchemaRef)> {
                 field("url", DataType::Utf8),
                 field("date_time", ts()),
                 field("extra", DataType::Utf8),
+                field(
+                    "p_time",
+                    DataType::Timestamp(TimeUnit::Microsecond, Some("+00:00".into())),
+                ),
             ])),
         ),
     ]
+}
+
+/// The processing time of the test servers (q12's windows are by processing time), and
+/// the same instant in microseconds for the batch side.
+const PROCESSING_TIME: &str = "2024-05-01 10:00:03";
+const PROCESSING_TIME_MICROS: i64 = 1_714_557_603_000_000;
+
+fn server() -> TestServer {
+    TestServer::start_with_env(&[("EDDY_FIXED_PROCESSING_TIME", PROCESSING_TIME)])
 }
 
 /// Where the Nexmark queries live, one `qN.sql` each, shared with `benches/nexmark.rs`.
@@ -133,8 +146,17 @@ fn differential_queries() -> Vec<(String, String)> {
 async fn batch(query: &str) -> Vec<Vec<String>> {
     let ctx = SessionContext::new();
     for (name, create, schema) in sources() {
-        let spec = eddy::connectors::ConnectorSpec::from_options(&schema, &source_options(&create))
-            .unwrap();
+        // The connector makes every column but the processing time, which is the
+        // servers' fixed one.
+        let made: Vec<_> = schema
+            .fields()
+            .iter()
+            .filter(|f| f.name() != "p_time")
+            .cloned()
+            .collect();
+        let made = Arc::new(Schema::new(made));
+        let spec =
+            eddy::connectors::ConnectorSpec::from_options(&made, &source_options(&create)).unwrap();
         let mut batches = Vec::new();
         for split in 0..spec.split_count() {
             let mut reader = spec.split_reader(split, 0);
@@ -142,7 +164,20 @@ async fn batch(query: &str) -> Vec<Vec<String>> {
                 batches.push(b);
             }
         }
-        let all = arrow::compute::concat_batches(&schema, &batches).unwrap();
+        let all = arrow::compute::concat_batches(&made, &batches).unwrap();
+        let all = if schema.fields().len() > made.fields().len() {
+            let mut columns = all.columns().to_vec();
+            columns.push(Arc::new(
+                arrow::array::TimestampMicrosecondArray::from_value(
+                    PROCESSING_TIME_MICROS,
+                    all.num_rows(),
+                )
+                .with_timezone("+00:00"),
+            ));
+            arrow::array::RecordBatch::try_new(schema.clone(), columns).unwrap()
+        } else {
+            all
+        };
         ctx.register_batch(name, all).unwrap();
     }
     eddy::session::functions::register(&ctx);
@@ -176,6 +211,13 @@ fn batch_windows(query: &str) -> String {
             ),
         );
     }
+    // q12's windows of processing time.
+    q = q.replace(
+        "TUMBLE(bid, p_time, INTERVAL '10' SECOND)",
+        "(SELECT *, date_bin(INTERVAL '10' SECOND, p_time, TIMESTAMPTZ '1970-01-01 00:00:00+00') AS window_start, \
+          date_bin(INTERVAL '10' SECOND, p_time, TIMESTAMPTZ '1970-01-01 00:00:00+00') + INTERVAL '10' SECOND AS window_end \
+          FROM bid) AS bid",
+    );
     let hops: Vec<String> = (0..5)
         .map(|k| {
             format!(
@@ -201,7 +243,7 @@ async fn nexmark_queries_match_batch_results_at_parallelism_4() {
 }
 
 async fn nexmark_queries_match_batch_results(parallelism: usize) {
-    let server = TestServer::start();
+    let server = server();
     let client = server.connect().await;
     client
         .batch_execute(&format!("SET streaming_parallelism = {parallelism}"))
@@ -261,7 +303,7 @@ async fn nexmark_queries_match_batch_results(parallelism: usize) {
 /// `sql-tests/session_windows.slt`.)
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn nexmark_q11_sessions_on_close_equal_sessions_kept_up_to_date() {
-    let server = TestServer::start();
+    let server = server();
     let client = server.connect().await;
     client
         .batch_execute("SET streaming_parallelism = 2")

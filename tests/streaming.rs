@@ -209,13 +209,19 @@ pub(crate) fn same_value(a: &str, b: &str) -> bool {
     }
     // Arrow prints timestamps as 2015-07-15T00:00:00.050, PostgreSQL as
     // 2015-07-15 00:00:00.05.
+    // A UTC timestamp with time zone: Arrow ends it in Z, PostgreSQL in +00.
     let timestamp = |s: &str| {
         let s = s.replace('T', " ");
-        if s.contains(':') && s.contains('.') {
+        let (s, zone) = match s.strip_suffix('Z').or_else(|| s.strip_suffix("+00")) {
+            Some(utc) if utc.contains(':') => (utc.to_string(), "+00"),
+            _ => (s.clone(), ""),
+        };
+        let s = if s.contains(':') && s.contains('.') {
             s.trim_end_matches('0').trim_end_matches('.').to_string()
         } else {
             s
-        }
+        };
+        format!("{s}{zone}")
     };
     if timestamp(a) == timestamp(b) {
         return true;

@@ -9,6 +9,7 @@ pub mod csv_line;
 pub mod datagen;
 pub mod file;
 pub mod nexmark;
+pub mod processing_time;
 
 use crate::error::{EddyError, Result, sqlstate};
 use arrow::datatypes::SchemaRef;
@@ -20,6 +21,8 @@ pub enum ConnectorSpec {
     Datagen(datagen::DatagenSpec),
     Nexmark(nexmark::NexmarkSpec),
     File(file::FileSpec),
+    /// Another connector, with `PROCTIME()` columns filled in.
+    WithProcessingTime(processing_time::ProcessingTimeSpec),
 }
 
 /// One split of a source, read batch by batch from a position.
@@ -67,6 +70,32 @@ impl SplitReader for nexmark::NexmarkSplit {
 impl ConnectorSpec {
     /// Checks a source's options against its schema and builds the connector's spec.
     pub fn from_options(schema: &SchemaRef, options: &BTreeMap<String, String>) -> Result<Self> {
+        if let Some(names) = options.get(processing_time::PROCTIME_OPTION) {
+            let columns: Vec<usize> = names
+                .split(',')
+                .filter_map(|n| schema.index_of(n.trim()).ok())
+                .collect();
+            let made: Vec<arrow::datatypes::FieldRef> = schema
+                .fields()
+                .iter()
+                .enumerate()
+                .filter(|(i, _)| !columns.contains(i))
+                .map(|(_, f)| f.clone())
+                .collect();
+            let mut inner_options = options.clone();
+            inner_options.remove(processing_time::PROCTIME_OPTION);
+            let inner = ConnectorSpec::from_options(
+                &std::sync::Arc::new(arrow::datatypes::Schema::new(made)),
+                &inner_options,
+            )?;
+            return Ok(ConnectorSpec::WithProcessingTime(
+                processing_time::ProcessingTimeSpec {
+                    inner: Box::new(inner),
+                    schema: schema.clone(),
+                    columns,
+                },
+            ));
+        }
         let connector = options.get("connector").ok_or_else(|| {
             EddyError::new(
                 sqlstate::INVALID_PARAMETER_VALUE,
@@ -96,6 +125,7 @@ impl ConnectorSpec {
             ConnectorSpec::Datagen(_) => "datagen",
             ConnectorSpec::Nexmark(_) => "nexmark",
             ConnectorSpec::File(_) => "file",
+            ConnectorSpec::WithProcessingTime(s) => s.inner.name(),
         }
     }
 
@@ -106,6 +136,7 @@ impl ConnectorSpec {
             ConnectorSpec::Datagen(s) => s.splits as usize,
             ConnectorSpec::Nexmark(s) => s.splits as usize,
             ConnectorSpec::File(s) => s.files.len(),
+            ConnectorSpec::WithProcessingTime(s) => s.inner.split_count(),
         }
     }
 
@@ -116,6 +147,7 @@ impl ConnectorSpec {
             ConnectorSpec::Datagen(s) => Box::new(s.split_reader(split as u32, offset)),
             ConnectorSpec::Nexmark(s) => Box::new(s.split_reader(split as u32, offset)),
             ConnectorSpec::File(s) => Box::new(s.split_reader(split as u32, offset)),
+            ConnectorSpec::WithProcessingTime(s) => Box::new(s.split_reader(split, offset)),
         }
     }
 
@@ -125,6 +157,7 @@ impl ConnectorSpec {
             ConnectorSpec::Datagen(s) => s.rows_per_second,
             ConnectorSpec::Nexmark(s) => s.rows_per_second(),
             ConnectorSpec::File(_) => 0,
+            ConnectorSpec::WithProcessingTime(s) => s.inner.rows_per_second(),
         }
     }
 }

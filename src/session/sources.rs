@@ -41,6 +41,30 @@ pub(super) fn create_source(session: &Session, create: CreateSource) -> Result<O
     if let Some((column, expression)) = &create.watermark {
         rel.watermark = Some(watermark_spec(&rel, column, expression)?);
     }
+    if !create.proctime_columns.is_empty() {
+        for name in &create.proctime_columns {
+            let field = rel
+                .arrow_schema()
+                .field_with_name(name)
+                .map_err(|_| {
+                    EddyError::new(
+                        crate::error::sqlstate::UNDEFINED_COLUMN,
+                        format!("column \"{name}\" does not exist"),
+                    )
+                })?
+                .clone();
+            if !matches!(field.data_type(), arrow::datatypes::DataType::Timestamp(..)) {
+                return Err(EddyError::new(
+                    crate::error::sqlstate::DATATYPE_MISMATCH,
+                    format!("column \"{name}\" AS PROCTIME() must be a timestamp or timestamptz"),
+                ));
+            }
+        }
+        rel.options.insert(
+            crate::connectors::processing_time::PROCTIME_OPTION.into(),
+            create.proctime_columns.join(","),
+        );
+    }
     if let Some((format, encode)) = &create.format {
         if format != "plain" {
             return Err(EddyError::not_supported(format!(
@@ -104,7 +128,21 @@ pub(super) fn watermark_spec(
 
 /// The statement as it would be written again (for `SHOW CREATE SOURCE` and the docs).
 fn source_definition(create: &CreateSource) -> String {
-    let mut items: Vec<String> = create.columns.iter().map(|c| c.to_string()).collect();
+    let mut items: Vec<String> = create
+        .columns
+        .iter()
+        .map(|c| {
+            let proctime = create
+                .proctime_columns
+                .iter()
+                .any(|p| *p == c.name.value.to_lowercase());
+            if proctime {
+                format!("{c} AS PROCTIME()")
+            } else {
+                c.to_string()
+            }
+        })
+        .collect();
     if let Some((column, expression)) = &create.watermark {
         items.push(format!("WATERMARK FOR {column} AS {expression}"));
     }

@@ -32,6 +32,8 @@ pub struct CreateSource {
     pub format: Option<(String, String)>,
     /// Options of the encoding, `ENCODE CSV (delimiter = ',')`.
     pub encode_options: BTreeMap<String, String>,
+    /// Columns declared `AS PROCTIME()`: the processing time each row was read at.
+    pub proctime_columns: Vec<String>,
 }
 
 pub(crate) fn significant_tokens(sql: &str) -> Result<Vec<Token>> {
@@ -130,7 +132,19 @@ fn parse_tokens(tokens: &[Token]) -> Result<CreateSource> {
     let end = end.ok_or_else(|| EddyError::syntax("unbalanced parentheses in CREATE SOURCE"))?;
     let mut watermark = None;
     let mut column_sql = Vec::new();
-    for item in items {
+    let mut proctime_columns = Vec::new();
+    for mut item in items {
+        // `name type AS PROCTIME()`: a column the connector does not make.
+        let n = item.len();
+        if n >= 6
+            && is_word(item.get(n - 4), "as")
+            && is_word(item.get(n - 3), "proctime")
+            && item[n - 2] == Token::LParen
+            && item[n - 1] == Token::RParen
+        {
+            item.truncate(n - 4);
+            proctime_columns.push(identifier(item.first())?);
+        }
         if is_word(item.first(), "watermark") {
             if !is_word(item.get(1), "for") || !is_word(item.get(3), "as") {
                 return Err(EddyError::syntax(
@@ -215,6 +229,7 @@ fn parse_tokens(tokens: &[Token]) -> Result<CreateSource> {
         options,
         format,
         encode_options,
+        proctime_columns,
     })
 }
 

@@ -39,7 +39,24 @@ impl TestServer {
         Self::start_in_with_args(data_dir, &[])
     }
 
+    /// Starts a server with extra environment variables and a new temporary data dir.
+    pub fn start_with_env(envs: &[(&str, &str)]) -> Self {
+        let temp = tempfile::tempdir().expect("create temp dir");
+        let data_dir = temp.path().join("data");
+        let mut server = Self::start_in_with_args_and_env(&data_dir, &[], envs);
+        server._temp = Some(temp);
+        server
+    }
+
     pub fn start_in_with_args(data_dir: &Path, args: &[&str]) -> Self {
+        Self::start_in_with_args_and_env(data_dir, args, &[])
+    }
+
+    pub fn start_in_with_args_and_env(
+        data_dir: &Path,
+        args: &[&str],
+        envs: &[(&str, &str)],
+    ) -> Self {
         // Port 0: the kernel picks a free port when the server binds, and the server
         // names it in its pid file. (Picking a port here and passing it would race with
         // every other test starting a server.)
@@ -62,6 +79,7 @@ impl TestServer {
             .args(workers)
             .args(args)
             .env("RUST_LOG", "warn")
+            .envs(envs.iter().copied())
             .stdin(Stdio::null())
             .stdout(Stdio::null())
             .stderr(log)

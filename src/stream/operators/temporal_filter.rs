@@ -41,8 +41,20 @@ pub struct TimeBound {
     pub kind: BoundKind,
 }
 
-/// The processing time, in microseconds since the epoch (UTC).
+/// The processing time (`now()` in views, `PROCTIME()` columns), in microseconds since
+/// the epoch (UTC): the wall clock, or, for tests that need to know it, the fixed time
+/// `EDDY_FIXED_PROCESSING_TIME` names (`YYYY-MM-DD HH:MM:SS`, UTC) when the server starts.
 pub fn processing_time_micros() -> i64 {
+    static FIXED: std::sync::OnceLock<Option<i64>> = std::sync::OnceLock::new();
+    let fixed = FIXED.get_or_init(|| {
+        let text = std::env::var("EDDY_FIXED_PROCESSING_TIME").ok()?;
+        chrono::NaiveDateTime::parse_from_str(text.trim(), "%Y-%m-%d %H:%M:%S")
+            .ok()
+            .map(|t| t.and_utc().timestamp_micros())
+    });
+    if let Some(t) = fixed {
+        return *t;
+    }
     std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .map(|d| d.as_micros() as i64)

@@ -502,7 +502,7 @@ fn fragment_of(node: Node, fragments: &mut Vec<Fragment>, parallelism: usize) ->
             let splits = spec.split_count().max(1);
             let subtasks = match spec {
                 // One subtask per file would be too many; files are dealt to subtasks.
-                ConnectorSpec::File(_) => splits.min(parallelism),
+                _ if spec.name() == "file" => splits.min(parallelism),
                 _ => splits,
             }
             .min(MAX_PARALLELISM as usize);

@@ -77,9 +77,11 @@ impl SideState {
         let rows = self.keys.get_mut(join_key)?;
         let entry = rows.rows.remove(id)?;
         self.dirty.insert((join_key.into(), id.into()));
-        // An append-only key keeps its sequence (ids must not be reused); a keyed one
-        // without rows is forgotten.
-        if rows.rows.is_empty() && rows.next_seq == 0 {
+        // A key without rows is forgotten, an append-only one's sequence too: its ids
+        // only need to differ among the key's stored rows (and a state entry written for
+        // a removed id is overwritten by whatever is stored under it at the barrier), so
+        // the memory of an interval or window join stays bounded as keys expire.
+        if rows.rows.is_empty() {
             self.keys.remove(join_key);
         }
         Some(entry)
@@ -189,19 +191,23 @@ mod tests {
     }
 
     #[test]
-    fn append_only_ids_are_not_reused() {
+    fn append_only_ids_differ_among_stored_rows_and_empty_keys_are_forgotten() {
         let mut side = SideState::default();
+        let entry = || Entry {
+            row: Box::new([1]),
+            degree: 0,
+        };
         let a = side.next_id(b"k");
-        side.insert(
-            b"k",
-            a.clone(),
-            Entry {
-                row: Box::new([1]),
-                degree: 0,
-            },
-        );
+        side.insert(b"k", a.clone(), entry());
+        let b = side.next_id(b"k");
+        side.insert(b"k", b.clone(), entry());
         assert!(side.remove(b"k", &a).is_some());
-        assert_ne!(side.next_id(b"k"), a);
+        // While the key holds a row, new ids differ from every id it ever gave.
+        let c = side.next_id(b"k");
+        assert!(c != a && c != b);
+        assert!(side.remove(b"k", &b).is_some());
+        // The key's last row gone, nothing of it stays in memory.
         assert_eq!(side.len(), 0);
+        assert!(side.rows_of(b"k").is_none());
     }
 }
