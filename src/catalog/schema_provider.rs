@@ -81,7 +81,12 @@ impl CatalogSchemaProvider {
             .and_then(Weak::upgrade)
             .ok_or_else(|| DataFusionError::Internal("view planner is not set".into()))?;
         let state = state.read().clone();
-        let plan = state.create_logical_plan(definition).await?;
+        let marked = crate::session::sql_rewrite::mark_counted_set_operations_in(definition);
+        let plan = state
+            .create_logical_plan(marked.as_deref().unwrap_or(definition))
+            .await?;
+        let plan = crate::session::set_operations::rewrite(plan)
+            .map_err(crate::error::EddyError::into_datafusion)?;
         // Rename the query's output columns to the names the view was created with.
         let exprs = plan
             .schema()

@@ -17,11 +17,11 @@ pub mod functions;
 pub mod materialized_views;
 mod pg_semantics;
 mod session_windows;
-mod set_operations;
+pub mod set_operations;
 mod show;
 mod sinks;
 mod sources;
-mod sql_rewrite;
+pub mod sql_rewrite;
 mod system_params;
 mod to_char;
 mod token_rewrites;
@@ -217,8 +217,10 @@ impl Engine {
     pub async fn plan_streaming_query(&self, sql: &str) -> Result<LogicalPlan> {
         let state = self.ctx.state();
         let with_now = sql_rewrite::streaming_now(sql);
+        let sql = with_now.as_deref().unwrap_or(sql);
+        let marked = sql_rewrite::mark_counted_set_operations_in(sql);
         let plan = state
-            .create_logical_plan(with_now.as_deref().unwrap_or(sql))
+            .create_logical_plan(marked.as_deref().unwrap_or(sql))
             .await?;
         let plan = set_operations::rewrite(plan)?;
         // DataFusion's rules, less those whose output a streaming job cannot run:
@@ -693,7 +695,8 @@ impl Session {
 
     /// Plans a query or DML statement with DataFusion. DDL never reaches DataFusion: Eddy
     /// owns the catalog.
-    async fn plan(&self, stmt: Statement) -> Result<LogicalPlan> {
+    async fn plan(&self, mut stmt: Statement) -> Result<LogicalPlan> {
+        sql_rewrite::mark_counted_set_operations(&mut stmt);
         let state = self.engine.ctx.state();
         let plan = state
             .statement_to_plan(DFStatement::Statement(Box::new(stmt)))

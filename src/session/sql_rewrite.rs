@@ -58,6 +58,21 @@ pub fn streaming_now(sql: &str) -> Option<String> {
     })
 }
 
+/// Marks `EXCEPT ALL` / `INTERSECT ALL` for `set_operations` just before planning (so
+/// that stored definitions and `SHOW CREATE` keep the query as written).
+pub fn mark_counted_set_operations(statement: &mut Statement) {
+    let _ = statement.visit(&mut CountedSetOperations);
+}
+
+/// [`mark_counted_set_operations`] on a query's text (`None` when nothing changes).
+pub fn mark_counted_set_operations_in(sql: &str) -> Option<String> {
+    let mut statements = Parser::parse_sql(&PostgreSqlDialect {}, sql).ok()?;
+    let before: Vec<String> = statements.iter().map(|s| s.to_string()).collect();
+    statements.iter_mut().for_each(mark_counted_set_operations);
+    let after: Vec<String> = statements.iter().map(|s| s.to_string()).collect();
+    (before != after).then(|| after.join("; "))
+}
+
 struct ProcessingTime {
     replaced: bool,
 }
@@ -97,7 +112,7 @@ pub fn rewrite(statement: &mut Statement) {
     let _ = statement.visit(&mut WindowFunctions);
     let _ = statement.visit(&mut SeriesColumnAlias);
     let _ = statement.visit(&mut ModFunction);
-    let _ = statement.visit(&mut CountedSetOperations);
+    let _ = statement.visit(&mut ModColumnName);
     match statement {
         Statement::Query(query) => alias_duplicate_columns(&mut query.body),
         Statement::Insert(insert) => {
@@ -155,6 +170,30 @@ fn alias_duplicate_columns(body: &mut SetExpr) {
         } else {
             seen.push(name);
         }
+    }
+}
+
+/// An unaliased `mod(a, b)` in a select list keeps PostgreSQL's column name `mod`
+/// through the rewrite below.
+struct ModColumnName;
+
+impl VisitorMut for ModColumnName {
+    type Break = ();
+
+    fn pre_visit_query(&mut self, query: &mut Query) -> ControlFlow<()> {
+        if let SetExpr::Select(select) = query.body.as_mut() {
+            for item in select.projection.iter_mut() {
+                if let SelectItem::UnnamedExpr(Expr::Function(f)) = item
+                    && f.name.to_string().eq_ignore_ascii_case("mod")
+                {
+                    *item = SelectItem::ExprWithAlias {
+                        expr: Expr::Function(f.clone()),
+                        alias: Ident::new("mod"),
+                    };
+                }
+            }
+        }
+        ControlFlow::Continue(())
     }
 }
 
