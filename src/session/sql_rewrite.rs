@@ -111,8 +111,8 @@ pub fn rewrite(statement: &mut Statement) {
     let _ = statement.visit(&mut LikeEscape);
     let _ = statement.visit(&mut WindowFunctions);
     let _ = statement.visit(&mut SeriesColumnAlias);
-    let _ = statement.visit(&mut ModFunction);
     let _ = statement.visit(&mut ModColumnName);
+    let _ = statement.visit(&mut ModFunction);
     match statement {
         Statement::Query(query) => alias_duplicate_columns(&mut query.body),
         Statement::Insert(insert) => {
