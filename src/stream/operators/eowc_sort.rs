@@ -55,7 +55,7 @@ impl EowcSort {
             held: BTreeMap::new(),
             changed: Vec::new(),
             released_below: None,
-            salt: super::temporal_filter::processing_time_micros() as u64 ^ 0x9e37_79b9_7f4a_7c15,
+            salt: super::random_salt(),
             next: 0,
         })
     }

@@ -93,6 +93,16 @@ pub trait Operator: Send {
     }
 }
 
+/// A random number, different for every call: the prefix that keeps the row ids an
+/// operator instance makes up (for rows without keys) apart from those of any other
+/// instance, before or after a restart.
+pub fn random_salt() -> u64 {
+    use std::hash::{BuildHasher, Hasher};
+    let mut h = std::collections::hash_map::RandomState::new().build_hasher();
+    h.write_i64(temporal_filter::processing_time_micros());
+    h.finish()
+}
+
 /// What an operator returns for a watermark: chunks, then watermarks for its output.
 pub type WatermarkOutput = (Vec<StreamChunk>, Vec<Watermark>);
 

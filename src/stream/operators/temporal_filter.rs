@@ -107,7 +107,7 @@ impl TemporalFilter {
             kept: HashMap::new(),
             by_time: BTreeSet::new(),
             dirty: HashSet::new(),
-            key_salt: rand_salt(),
+            key_salt: super::random_salt(),
             next_key: 0,
             by_stream_key,
         })
@@ -210,13 +210,6 @@ impl TemporalFilter {
         )?;
         Ok((batch, keys))
     }
-}
-
-fn rand_salt() -> u64 {
-    use std::hash::{BuildHasher, Hasher};
-    let mut h = std::collections::hash_map::RandomState::new().build_hasher();
-    h.write_i64(processing_time_micros());
-    h.finish()
 }
 
 fn identity(row: &[u8], key: &[u8]) -> Vec<u8> {

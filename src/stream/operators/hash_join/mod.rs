@@ -637,8 +637,8 @@ impl Operator for HashJoin {
     }
 
     fn restore(&mut self, tables: &[OperatorState]) -> Result<()> {
-        for (i, (side, table)) in self.sides.iter_mut().zip(tables).enumerate() {
-            side.restore(table, !self.spec.keyed_inputs[i])?;
+        for (side, table) in self.sides.iter_mut().zip(tables) {
+            side.restore(table)?;
         }
         // The restored rows expire as they would have.
         for side in 0..2 {

@@ -1,8 +1,9 @@
 //! [`SideState`]: the rows one side of a join holds, by join key.
 //!
 //! Each row is stored under its join key and a row id: the row's stream key when the
-//! side's input carries keys (so a later delete finds it), or a sequence number per join
-//! key when it is append-only (identical rows stay distinct). Rows of a side that keeps
+//! side's input carries keys (so a later delete finds it), or, when it is append-only,
+//! a random prefix per operator instance and a sequence number (identical rows stay
+//! distinct, and no id is ever given twice: the join's output rows are keyed by them). Rows of a side that keeps
 //! unmatched rows (the left side of a `LEFT JOIN`) also count their matches on the other
 //! side, their *degree*: a row whose degree falls to zero is emitted NULL-padded again.
 //!
@@ -28,18 +29,29 @@ pub struct Entry {
 #[derive(Default)]
 pub struct KeyRows {
     pub rows: BTreeMap<Box<[u8]>, Entry>,
-    /// The next sequence number (append-only inputs).
-    next_seq: u64,
 }
 
 /// An encoded key or id.
 pub type Bytes = Box<[u8]>;
 
-#[derive(Default)]
 pub struct SideState {
     keys: HashMap<Box<[u8]>, KeyRows>,
     /// `(join key, row id)` of the entries changed since the last barrier.
     dirty: HashSet<(Bytes, Bytes)>,
+    /// Ids of append-only rows: this prefix, then the next sequence number.
+    id_salt: u64,
+    next_seq: u64,
+}
+
+impl Default for SideState {
+    fn default() -> Self {
+        Self {
+            keys: HashMap::new(),
+            dirty: HashSet::new(),
+            id_salt: crate::stream::operators::random_salt(),
+            next_seq: 0,
+        }
+    }
 }
 
 impl SideState {
@@ -59,10 +71,12 @@ impl SideState {
 
     /// A fresh row id for an append-only row of `join_key`.
     pub fn next_id(&mut self, join_key: &[u8]) -> Box<[u8]> {
-        let rows = self.keys.entry(join_key.into()).or_default();
-        let id = rows.next_seq;
-        rows.next_seq += 1;
-        Box::new(id.to_be_bytes())
+        self.keys.entry(join_key.into()).or_default();
+        self.next_seq += 1;
+        let mut id = Vec::with_capacity(16);
+        id.extend_from_slice(&self.id_salt.to_be_bytes());
+        id.extend_from_slice(&self.next_seq.to_be_bytes());
+        id.into()
     }
 
     /// Stores a row (replacing one stored under the same id).
@@ -77,10 +91,8 @@ impl SideState {
         let rows = self.keys.get_mut(join_key)?;
         let entry = rows.rows.remove(id)?;
         self.dirty.insert((join_key.into(), id.into()));
-        // A key without rows is forgotten, an append-only one's sequence too: its ids
-        // only need to differ among the key's stored rows (and a state entry written for
-        // a removed id is overwritten by whatever is stored under it at the barrier), so
-        // the memory of an interval or window join stays bounded as keys expire.
+        // A key without rows is forgotten (ids are unique across keys), so the memory of
+        // an interval or window join stays bounded as its keys expire.
         if rows.rows.is_empty() {
             self.keys.remove(join_key);
         }
@@ -134,9 +146,9 @@ impl SideState {
         }
     }
 
-    /// Loads the rows of the key groups this subtask owns. Sequence numbers continue
-    /// after the largest one stored.
-    pub fn restore(&mut self, table: &OperatorState, append_only: bool) -> Result<()> {
+    /// Loads the rows of the key groups this subtask owns. (New ids get a new random
+    /// prefix, so they never equal restored ones.)
+    pub fn restore(&mut self, table: &OperatorState) -> Result<()> {
         table.scan_owned(|key, value| {
             let (join_key, id) = split_state_key(key)?;
             if value.len() < 8 {
@@ -144,9 +156,6 @@ impl SideState {
             }
             let degree = u64::from_le_bytes(value[..8].try_into().expect("length checked"));
             let rows = self.keys.entry(join_key.into()).or_default();
-            if append_only && let Ok(seq) = <[u8; 8]>::try_from(id) {
-                rows.next_seq = rows.next_seq.max(u64::from_be_bytes(seq) + 1);
-            }
             rows.rows.insert(
                 id.into(),
                 Entry {
@@ -191,7 +200,7 @@ mod tests {
     }
 
     #[test]
-    fn append_only_ids_differ_among_stored_rows_and_empty_keys_are_forgotten() {
+    fn append_only_ids_are_never_reused_and_empty_keys_are_forgotten() {
         let mut side = SideState::default();
         let entry = || Entry {
             row: Box::new([1]),
@@ -202,12 +211,13 @@ mod tests {
         let b = side.next_id(b"k");
         side.insert(b"k", b.clone(), entry());
         assert!(side.remove(b"k", &a).is_some());
-        // While the key holds a row, new ids differ from every id it ever gave.
-        let c = side.next_id(b"k");
-        assert!(c != a && c != b);
         assert!(side.remove(b"k", &b).is_some());
-        // The key's last row gone, nothing of it stays in memory.
+        // The key's last row gone, nothing of it stays in memory, and new ids still
+        // differ from every id given before (output rows are keyed by them).
         assert_eq!(side.len(), 0);
         assert!(side.rows_of(b"k").is_none());
+        let c = side.next_id(b"k");
+        assert!(c != a && c != b);
+        assert_ne!(SideState::default().next_id(b"k"), a);
     }
 }
