@@ -71,8 +71,8 @@ const VIEWS: &[(&str, &str)] = &[
         "SELECT id FROM t WHERE id NOT IN (SELECT id FROM u)",
     ),
     (
-        "s_scalar",
-        "SELECT id, n, (SELECT count(*) FROM u WHERE u.k = t.k AND u.tag = t.g) AS matches FROM t",
+        "s_uncorrelated",
+        "SELECT id, n, n - (SELECT max(w) FROM u) AS below_max FROM t WHERE n > (SELECT avg(w) * 10 FROM u)",
     ),
     // Top-N and dedup.
     ("n_top", "SELECT id, n FROM t ORDER BY n DESC, id LIMIT 10"),

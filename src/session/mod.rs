@@ -16,6 +16,7 @@ mod failover;
 pub mod functions;
 pub mod materialized_views;
 mod pg_semantics;
+mod scalar_subqueries;
 mod session_windows;
 pub mod set_operations;
 mod show;
@@ -223,6 +224,7 @@ impl Engine {
             .create_logical_plan(marked.as_deref().unwrap_or(sql))
             .await?;
         let plan = set_operations::rewrite(plan)?;
+        let plan = scalar_subqueries::rewrite(plan)?;
         // DataFusion's rules, less those whose output a streaming job cannot run:
         // `count(DISTINCT x)` stays an aggregate (HashAgg counts distinct values itself)
         // instead of becoming an aggregate over an aggregate.

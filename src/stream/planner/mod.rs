@@ -252,7 +252,7 @@ fn physical(expr: &Expr, schema: &DFSchema) -> Result<Arc<dyn PhysicalExpr>> {
         .unwrap_or(false)
     {
         return Err(unsupported(
-            "a scalar subquery that does not refer to the outer query (join with it instead)",
+            "a scalar subquery that neither refers to the outer query nor is an aggregate without GROUP BY",
         ));
     }
     // `now()` has a meaning in a view only as a temporal filter (planned apart).
