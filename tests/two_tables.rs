@@ -1,4 +1,4 @@
-//! Views with joins, subqueries, top-N, dedup, window functions over partitions, set
+//! Views with joins, subqueries (correlated and not), top-N, dedup, window functions over partitions, set
 //! operations and recomputed aggregates over two tables that are both inserted into,
 //! updated and deleted from at random: each equals its query run in batch, at
 //! parallelism 1 and 4, and again after the server is killed and restarted.
@@ -69,6 +69,11 @@ const VIEWS: &[(&str, &str)] = &[
     (
         "s_not_in",
         "SELECT id FROM t WHERE id NOT IN (SELECT id FROM u)",
+    ),
+    (
+        "s_correlated",
+        "SELECT id, n, (SELECT count(*) FROM u WHERE u.k = t.k AND u.tag = t.g) AS matches, \
+           (SELECT max(w) FROM u WHERE u.k = t.k) AS top FROM t",
     ),
     (
         "s_uncorrelated",

@@ -249,6 +249,7 @@ impl Engine {
             .parser
             .parse(sql)
             .map_err(|e| EddyError::syntax(e.to_string().replace("sql parser error: ", "")))?;
+        sql_rewrite::restore_select_list_subqueries(sql, &mut statements);
         statements.iter_mut().for_each(sql_rewrite::rewrite);
         Ok(statements)
     }

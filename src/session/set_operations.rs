@@ -111,3 +111,39 @@ fn counted_join(
         .project(output)?
         .build()?)
 }
+
+#[cfg(test)]
+mod tmp_tests {
+    #[tokio::test]
+    async fn correlated() {
+        let ctx = datafusion::prelude::SessionContext::new();
+        ctx.sql("CREATE TABLE items AS VALUES (1, 1), (2, 2)")
+            .await
+            .unwrap()
+            .collect()
+            .await
+            .unwrap();
+        ctx.sql("CREATE TABLE limits AS VALUES (10, 1), (20, 1)")
+            .await
+            .unwrap()
+            .collect()
+            .await
+            .unwrap();
+        let sql = "SELECT column1, (SELECT max(l.column1) FROM limits l WHERE l.column2 = items.column2) AS m FROM items";
+        let state = ctx.state();
+        for (name, f) in [("none", 0), ("pg", 1), ("setops", 2)] {
+            let plan = state.create_logical_plan(sql).await.unwrap();
+            let plan = match f {
+                1 => super::super::pg_semantics::rewrite(plan).unwrap(),
+                2 => super::rewrite(plan).unwrap(),
+                _ => plan,
+            };
+            let df = datafusion::dataframe::DataFrame::new(state.clone(), plan);
+            let r = df.collect().await.unwrap();
+            println!(
+                "{name}\n{}",
+                arrow::util::pretty::pretty_format_batches(&r).unwrap()
+            );
+        }
+    }
+}

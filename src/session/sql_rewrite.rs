@@ -104,6 +104,90 @@ impl VisitorMut for ProcessingTime {
     }
 }
 
+/// `datafusion-pg-catalog`'s parser, made for the catalog queries of clients, replaces
+/// every correlated scalar subquery in a select list by `NULL`. Outside catalog queries
+/// they are put back from a plain parse of the same text (DataFusion decorrelates them
+/// into joins).
+pub fn restore_select_list_subqueries(sql: &str, statements: &mut [Statement]) {
+    let lower = sql.to_ascii_lowercase();
+    if lower.contains("pg_") || lower.contains("information_schema") {
+        return;
+    }
+    let Ok(plain) = Parser::parse_sql(&PostgreSqlDialect {}, sql) else {
+        return;
+    };
+    if plain.len() != statements.len() {
+        return;
+    }
+    for (parsed, plain) in statements.iter_mut().zip(plain) {
+        let mut originals = SelectLists::default();
+        let mut plain = plain;
+        let _ = plain.visit(&mut originals);
+        let mut restore = RestoreSubqueries {
+            originals: originals.lists.into_iter(),
+        };
+        let _ = parsed.visit(&mut restore);
+    }
+}
+
+/// The select lists of every query, in visiting order.
+#[derive(Default)]
+struct SelectLists {
+    lists: Vec<Vec<SelectItem>>,
+}
+
+impl VisitorMut for SelectLists {
+    type Break = ();
+
+    fn pre_visit_query(&mut self, query: &mut Query) -> ControlFlow<()> {
+        if let SetExpr::Select(select) = query.body.as_ref() {
+            self.lists.push(select.projection.clone());
+        }
+        ControlFlow::Continue(())
+    }
+}
+
+struct RestoreSubqueries {
+    originals: std::vec::IntoIter<Vec<SelectItem>>,
+}
+
+impl VisitorMut for RestoreSubqueries {
+    type Break = ();
+
+    fn pre_visit_query(&mut self, query: &mut Query) -> ControlFlow<()> {
+        let SetExpr::Select(select) = query.body.as_mut() else {
+            return ControlFlow::Continue(());
+        };
+        let Some(original) = self.originals.next() else {
+            return ControlFlow::Break(());
+        };
+        if original.len() != select.projection.len() {
+            return ControlFlow::Break(());
+        }
+        let is_null = |e: &Expr| matches!(e, Expr::Value(v) if v.value == Value::Null);
+        for (item, original) in select.projection.iter_mut().zip(original) {
+            match (item, original) {
+                (SelectItem::UnnamedExpr(e), SelectItem::UnnamedExpr(o @ Expr::Subquery(_)))
+                    if is_null(e) =>
+                {
+                    *e = o;
+                }
+                (
+                    SelectItem::ExprWithAlias { expr, .. },
+                    SelectItem::ExprWithAlias {
+                        expr: o @ Expr::Subquery(_),
+                        ..
+                    },
+                ) if is_null(expr) => {
+                    *expr = o;
+                }
+                _ => {}
+            }
+        }
+        ControlFlow::Continue(())
+    }
+}
+
 pub fn rewrite(statement: &mut Statement) {
     let _ = statement.visit(&mut ArraySubquery);
     let _ = statement.visit(&mut CatalogScalarSubquery);
