@@ -50,6 +50,34 @@ pub fn table_prefix(table_id: u32) -> [u8; 4] {
     table_id.to_be_bytes()
 }
 
+/// Appends `bytes` after its length (u32, big endian): composite state keys whose parts
+/// can be split apart again with [`take_len_prefixed`].
+pub fn put_len_prefixed(out: &mut Vec<u8>, bytes: &[u8]) {
+    out.extend_from_slice(&(bytes.len() as u32).to_be_bytes());
+    out.extend_from_slice(bytes);
+}
+
+/// The length-prefixed part at the start of `bytes`, and what follows it.
+pub fn take_len_prefixed(bytes: &[u8]) -> Option<(&[u8], &[u8])> {
+    let len = u32::from_be_bytes(bytes.get(..4)?.try_into().ok()?) as usize;
+    let rest = &bytes[4..];
+    (rest.len() >= len).then(|| rest.split_at(len))
+}
+
+/// Encodes whole rows of `schema` (memcomparable, every column ascending): how state
+/// tables store rows and how hash exchanges on every column route them.
+pub fn whole_row_codec(
+    schema: &arrow::datatypes::Schema,
+) -> crate::error::Result<arrow::row::RowConverter> {
+    Ok(arrow::row::RowConverter::new(
+        schema
+            .fields()
+            .iter()
+            .map(|f| arrow::row::SortField::new(f.data_type().clone()))
+            .collect(),
+    )?)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -79,13 +79,7 @@ impl StateTable {
         pk_indices: Vec<usize>,
         store: Arc<StateStore>,
     ) -> Result<Self> {
-        let value_codec = RowConverter::new(
-            schema
-                .fields()
-                .iter()
-                .map(|f| SortField::new(f.data_type().clone()))
-                .collect(),
-        )?;
+        let value_codec = super::keys::whole_row_codec(&schema)?;
         let key_codec = if pk_indices.is_empty() {
             None
         } else {

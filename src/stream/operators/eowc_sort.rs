@@ -7,6 +7,7 @@
 
 use super::{Operator, WatermarkOutput};
 use crate::error::{EddyError, Result};
+use crate::state::keys::{put_len_prefixed, take_len_prefixed, whole_row_codec};
 use crate::state::{OperatorState, key_group_of};
 use crate::stream::{StreamChunk, Watermark};
 use arrow::array::{Array, RecordBatch};
@@ -37,13 +38,7 @@ pub struct EowcSort {
 
 impl EowcSort {
     pub fn new(column: usize, schema: SchemaRef) -> Result<Self> {
-        let row_codec = RowConverter::new(
-            schema
-                .fields()
-                .iter()
-                .map(|f| SortField::new(f.data_type().clone()))
-                .collect(),
-        )?;
+        let row_codec = whole_row_codec(&schema)?;
         let time_codec = RowConverter::new(vec![SortField::new(
             schema.field(column).data_type().clone(),
         )])?;
@@ -90,18 +85,13 @@ impl EowcSort {
 /// computed at checkpoint from the row).
 fn time_key_with_row(key: Vec<u8>, row: Vec<u8>) -> Vec<u8> {
     let mut out = Vec::with_capacity(4 + key.len() + row.len());
-    out.extend_from_slice(&(key.len() as u32).to_be_bytes());
-    out.extend_from_slice(&key);
+    put_len_prefixed(&mut out, &key);
     out.extend_from_slice(&row);
     out
 }
 
 fn split_entry(entry: &[u8]) -> Result<(&[u8], &[u8])> {
-    let malformed = || EddyError::internal("a held row's state is malformed");
-    let len: [u8; 4] = entry.get(..4).ok_or_else(malformed)?.try_into().expect("4");
-    let len = u32::from_be_bytes(len) as usize;
-    let key = entry.get(4..4 + len).ok_or_else(malformed)?;
-    Ok((key, &entry[4 + len..]))
+    take_len_prefixed(entry).ok_or_else(|| EddyError::internal("a held row's state is malformed"))
 }
 
 impl Operator for EowcSort {
@@ -175,8 +165,7 @@ impl Operator for EowcSort {
             let (key, row) = split_entry(&entry)?;
             let group = key_group_of(row);
             let mut state_key = Vec::with_capacity(4 + key.len());
-            state_key.extend_from_slice(&(key.len() as u32).to_be_bytes());
-            state_key.extend_from_slice(key);
+            put_len_prefixed(&mut state_key, key);
             tables[0].put_in_group(batch, group, &state_key, held.then_some(row));
         }
         Ok(())

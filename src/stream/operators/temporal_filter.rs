@@ -15,11 +15,12 @@
 
 use super::Operator;
 use crate::error::{EddyError, Result};
+use crate::state::keys::{put_len_prefixed, take_len_prefixed, whole_row_codec};
 use crate::state::{OperatorState, key_group_of};
 use crate::stream::{Op, StreamChunk};
 use arrow::array::{Array, AsArray, RecordBatch, UInt32Array};
 use arrow::datatypes::{DataType, SchemaRef, TimeUnit, TimestampMicrosecondType};
-use arrow::row::{RowConverter, SortField};
+use arrow::row::RowConverter;
 use datafusion::physical_expr::PhysicalExpr;
 use rocksdb::WriteBatch;
 use std::collections::{BTreeSet, HashMap, HashSet};
@@ -92,13 +93,7 @@ pub struct TemporalFilter {
 
 impl TemporalFilter {
     pub fn new(bounds: Vec<TimeBound>, schema: SchemaRef, by_stream_key: bool) -> Result<Self> {
-        let codec = RowConverter::new(
-            schema
-                .fields()
-                .iter()
-                .map(|f| SortField::new(f.data_type().clone()))
-                .collect(),
-        )?;
+        let codec = whole_row_codec(&schema)?;
         Ok(Self {
             bounds,
             schema,
@@ -214,22 +209,14 @@ impl TemporalFilter {
 
 fn identity(row: &[u8], key: &[u8]) -> Vec<u8> {
     let mut out = Vec::with_capacity(4 + row.len() + key.len());
-    out.extend_from_slice(&(row.len() as u32).to_be_bytes());
-    out.extend_from_slice(row);
+    put_len_prefixed(&mut out, row);
     out.extend_from_slice(key);
     out
 }
 
 fn split_identity(id: &[u8]) -> Result<(&[u8], &[u8])> {
-    let malformed = || EddyError::internal("a temporal filter's state key is malformed");
-    let len: [u8; 4] = id
-        .get(..4)
-        .ok_or_else(malformed)?
-        .try_into()
-        .expect("4 bytes");
-    let len = u32::from_be_bytes(len) as usize;
-    let row = id.get(4..4 + len).ok_or_else(malformed)?;
-    Ok((row, &id[4 + len..]))
+    take_len_prefixed(id)
+        .ok_or_else(|| EddyError::internal("a temporal filter's state key is malformed"))
 }
 
 impl Operator for TemporalFilter {

@@ -13,7 +13,7 @@
 
 use crate::error::{EddyError, Result};
 use crate::state::OperatorState;
-use crate::state::keys::key_group_of;
+use crate::state::keys::{key_group_of, put_len_prefixed, take_len_prefixed};
 use crate::stream::StreamChunk;
 use arrow::array::RecordBatch;
 use arrow::row::{RowConverter, Rows};
@@ -199,11 +199,6 @@ impl Partitions {
     }
 }
 
-fn put_len_prefixed(out: &mut Vec<u8>, bytes: &[u8]) {
-    out.extend_from_slice(&(bytes.len() as u32).to_be_bytes());
-    out.extend_from_slice(bytes);
-}
-
 fn state_key(partition: &[u8], position: Option<&Position>, out: &mut Vec<u8>) {
     out.clear();
     put_len_prefixed(out, partition);
@@ -218,12 +213,6 @@ fn state_key(partition: &[u8], position: Option<&Position>, out: &mut Vec<u8>) {
 }
 
 /// Reads a length-prefixed part; returns it and the rest.
-fn take_len_prefixed(bytes: &[u8]) -> Option<(&[u8], &[u8])> {
-    let len = u32::from_be_bytes(bytes.get(..4)?.try_into().ok()?) as usize;
-    let rest = &bytes[4..];
-    (rest.len() >= len).then(|| rest.split_at(len))
-}
-
 fn split_state_key(key: &[u8]) -> Result<(&[u8], Option<Position>)> {
     let malformed = || EddyError::internal("a top-N state key is malformed");
     let (partition, rest) = take_len_prefixed(key).ok_or_else(malformed)?;
