@@ -108,6 +108,26 @@ enum Extreme {
     Recompute,
 }
 
+/// Adds `sign` to a group's count of `value` (forgetting a value whose count reaches
+/// zero); returns how the group's estimated size changed, in bytes.
+fn add_count(group: &mut BTreeMap<Vec<u8>, i64>, value: &[u8], sign: i64) -> isize {
+    let bytes = cache::value_bytes(value) as isize;
+    match group.get_mut(value) {
+        Some(c) => {
+            *c += sign;
+            if *c == 0 {
+                group.remove(value);
+                return -bytes;
+            }
+            0
+        }
+        None => {
+            group.insert(value.to_vec(), sign);
+            bytes
+        }
+    }
+}
+
 /// The signs of the rows, with 0 for those the call's `FILTER` rejects: they change
 /// no state.
 fn filtered_signs<'a>(
@@ -530,24 +550,9 @@ impl HashAgg {
                     if *sign == 0 {
                         continue;
                     }
-                    let row = rows.row(i);
-                    let bytes = cache::value_bytes(row.as_ref());
-                    let group = &mut counts[*g];
-                    match group.get_mut(row.as_ref()) {
-                        Some(c) => {
-                            *c += sign;
-                            if *c == 0 {
-                                group.remove(row.as_ref());
-                                self.sizes[*g] -= bytes;
-                                self.resident_bytes -= bytes;
-                            }
-                        }
-                        None => {
-                            group.insert(row.as_ref().to_vec(), *sign);
-                            self.sizes[*g] += bytes;
-                            self.resident_bytes += bytes;
-                        }
-                    }
+                    let delta = add_count(&mut counts[*g], rows.row(i).as_ref(), *sign);
+                    self.sizes[*g] = self.sizes[*g].wrapping_add_signed(delta);
+                    self.resident_bytes = self.resident_bytes.wrapping_add_signed(delta);
                 }
                 continue;
             }
@@ -649,21 +654,9 @@ impl HashAgg {
                             }
                             continue;
                         }
-                        match group.get_mut(value.as_ref()) {
-                            Some(c) => {
-                                *c += sign;
-                                if *c == 0 {
-                                    group.remove(value.as_ref());
-                                    self.sizes[*g] -= bytes;
-                                    self.resident_bytes -= bytes;
-                                }
-                            }
-                            None => {
-                                group.insert(value.as_ref().to_vec(), *sign);
-                                self.sizes[*g] += bytes;
-                                self.resident_bytes += bytes;
-                            }
-                        }
+                        let delta = add_count(group, value.as_ref(), *sign);
+                        self.sizes[*g] = self.sizes[*g].wrapping_add_signed(delta);
+                        self.resident_bytes = self.resident_bytes.wrapping_add_signed(delta);
                     }
                 }
                 _ => return Err(EddyError::internal("aggregate call without its argument")),
