@@ -133,10 +133,15 @@ impl EddyError {
                 ),
             );
         }
+        if lower.contains("divide by zero") || lower.contains("division by zero") {
+            // PostgreSQL's words first (clients and test files match them), then Arrow's.
+            return Self::new(
+                sqlstate::DIVISION_BY_ZERO,
+                format!("division by zero ({})", clean_message(text)),
+            );
+        }
         let code = if lower.contains("invalid function") {
             sqlstate::UNDEFINED_FUNCTION
-        } else if lower.contains("divide by zero") || lower.contains("division by zero") {
-            sqlstate::DIVISION_BY_ZERO
         } else if lower.contains("overflow") || lower.contains("out of range") {
             sqlstate::NUMERIC_VALUE_OUT_OF_RANGE
         } else if lower.contains("cannot cast")

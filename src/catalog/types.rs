@@ -20,6 +20,29 @@ pub const PG_TYPE_METADATA: &str = "eddy.pg_type";
 pub const DEFAULT_NUMERIC_PRECISION: u8 = 38;
 pub const DEFAULT_NUMERIC_SCALE: i8 = 10;
 
+/// Whether decimals of this type are unconstrained `numeric` or computed from it:
+/// the widest precision with at least the default scale (a sum keeps the scale, a product
+/// or quotient widens it). PostgreSQL keeps each such value's own scale (`1.5` stays
+/// `1.5`); Arrow gives a column one scale, so these show their value without the
+/// trailing zeros the column's scale added.
+pub fn is_unconstrained_numeric(precision: u8, scale: i8) -> bool {
+    precision == DEFAULT_NUMERIC_PRECISION && scale >= DEFAULT_NUMERIC_SCALE
+}
+
+/// The value and scale a decimal is shown with: for [`is_unconstrained_numeric`] types,
+/// without trailing fractional zeros; otherwise as stored.
+pub fn display_decimal(value: i128, precision: u8, scale: i8) -> (i128, i8) {
+    if !is_unconstrained_numeric(precision, scale) {
+        return (value, scale);
+    }
+    let (mut value, mut scale) = (value, scale);
+    while scale > 0 && value % 10 == 0 {
+        value /= 10;
+        scale -= 1;
+    }
+    (value, scale)
+}
+
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub enum SqlType {
     Boolean,

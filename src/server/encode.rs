@@ -5,7 +5,7 @@
 //! (`DateStyle = ISO`, `IntervalStyle = postgres`, `extra_float_digits = 1`), so clients
 //! that parse text (psql, psycopg2) see exactly what a PostgreSQL server would send.
 
-use crate::catalog::types::PG_TYPE_METADATA;
+use crate::catalog::types::{PG_TYPE_METADATA, display_decimal, is_unconstrained_numeric};
 use crate::error::{EddyError, Result};
 use arrow::array::{Array, ArrayRef, AsArray, RecordBatch};
 use arrow::compute::cast;
@@ -95,6 +95,8 @@ pub fn field_infos(schema: &Schema, format: &Format) -> Vec<FieldInfo> {
             let ty = pg_type(f);
             let size = type_size(&ty);
             let modifier = match f.data_type() {
+                // Unconstrained `numeric` has no modifier in PostgreSQL.
+                DataType::Decimal128(p, s) if is_unconstrained_numeric(*p, *s) => -1,
                 DataType::Decimal128(p, s) | DataType::Decimal256(p, s) => {
                     ((*p as i32) << 16 | (*s as i32 & 0xffff)) + 4
                 }
@@ -216,8 +218,10 @@ fn write_text(array: &ArrayRef, row: usize, buf: &mut BytesMut, in_array: bool) 
             s = format_float(array.as_primitive::<Float64Type>().value(row), 15, false);
             Ok(())
         }
-        DataType::Decimal128(_, scale) => {
-            s = format_decimal(array.as_primitive::<Decimal128Type>().value(row), *scale);
+        DataType::Decimal128(precision, scale) => {
+            let value = array.as_primitive::<Decimal128Type>().value(row);
+            let (value, scale) = display_decimal(value, *precision, *scale);
+            s = format_decimal(value, scale);
             Ok(())
         }
         DataType::Utf8 => {
@@ -489,11 +493,11 @@ fn write_binary(array: &ArrayRef, row: usize, buf: &mut BytesMut) -> Result<()> 
         ),
         DataType::Float32 => buf.put_f32(array.as_primitive::<Float32Type>().value(row)),
         DataType::Float64 => buf.put_f64(array.as_primitive::<Float64Type>().value(row)),
-        DataType::Decimal128(_, scale) => write_numeric(
-            array.as_primitive::<Decimal128Type>().value(row),
-            *scale,
-            buf,
-        ),
+        DataType::Decimal128(precision, scale) => {
+            let value = array.as_primitive::<Decimal128Type>().value(row);
+            let (value, scale) = display_decimal(value, *precision, *scale);
+            write_numeric(value, scale, buf)
+        }
         DataType::Utf8 => buf.put_slice(array.as_string::<i32>().value(row).as_bytes()),
         DataType::Binary => buf.put_slice(array.as_binary::<i32>().value(row)),
         DataType::Date32 => {

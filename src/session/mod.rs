@@ -15,6 +15,7 @@ pub mod drop;
 mod failover;
 pub mod functions;
 pub mod materialized_views;
+mod numeric_division;
 mod pg_semantics;
 mod scalar_subqueries;
 mod session_windows;
@@ -146,11 +147,14 @@ impl Engine {
             .with_create_default_catalog_and_schema(true)
             .with_information_schema(true)
             .set_str("datafusion.sql_parser.dialect", "PostgreSQL")
+            // `1.5` is a numeric, as in PostgreSQL (`0.1 + 0.2` is `0.3`), not a double.
+            .set_bool("datafusion.sql_parser.parse_float_as_decimal", true)
             // `timestamptz` values and casts are in UTC (Eddy's one time zone), as the
             // columns of `TIMESTAMPTZ` type are; without it DataFusion casts to a
             // timestamp without a zone.
             .set_str("datafusion.execution.time_zone", "+00:00");
         let ctx = SessionContext::new_with_config(session_config);
+        ctx.add_analyzer_rule(Arc::new(numeric_division::NumericDivision));
         ctx.catalog(DATABASE_NAME)
             .expect("default catalog exists")
             .register_schema(DEFAULT_SCHEMA, schema_provider.clone())
