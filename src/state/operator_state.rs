@@ -14,7 +14,7 @@
 //! between, so the store only ever holds whole epochs of operator state.
 
 use super::keys::{KEY_PREFIX_LEN, KeyGroup, MAX_PARALLELISM, encode_state_key, key_group_of};
-use super::store::StateStore;
+use super::store::{StateStore, prefix_end};
 use crate::error::Result;
 use rocksdb::WriteBatch;
 use std::sync::Arc;
@@ -80,6 +80,31 @@ impl OperatorState {
         match value {
             Some(v) => batch.put(&state_key, v),
             None => batch.delete(&state_key),
+        }
+    }
+
+    /// Visits, in key order, the state under `prefix` in key group `group` (keys without
+    /// the table and key-group prefix): the rows of one key kept as rows of their own.
+    pub fn scan_prefix_in_group(
+        &self,
+        group: KeyGroup,
+        prefix: &[u8],
+        mut visit: impl FnMut(&[u8], &[u8]) -> Result<()>,
+    ) -> Result<()> {
+        let mut state_prefix = Vec::new();
+        encode_state_key(self.table_id, group, prefix, &mut state_prefix);
+        self.store
+            .scan_prefix(&state_prefix, |k, v| visit(&k[KEY_PREFIX_LEN..], v))
+    }
+
+    /// Deletes all state under `prefix` in key group `group`, in the same write as the
+    /// rest of the batch.
+    pub fn delete_prefix_in_group(&self, batch: &mut WriteBatch, group: KeyGroup, prefix: &[u8]) {
+        let mut start = Vec::new();
+        encode_state_key(self.table_id, group, prefix, &mut start);
+        // The prefix starts with the table id and key group, so it is never all 0xff.
+        if let Some(end) = prefix_end(&start) {
+            batch.delete_range(&start, &end);
         }
     }
 

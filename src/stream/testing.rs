@@ -22,6 +22,8 @@ pub struct Harness {
     chain: Vec<Box<dyn Operator>>,
     tables: Vec<Vec<OperatorState>>,
     store: Arc<StateStore>,
+    /// State entries (puts and deletes) the last barrier wrote.
+    pub last_writes: usize,
     _dir: tempfile::TempDir,
 }
 
@@ -48,6 +50,7 @@ impl Harness {
             chain,
             tables,
             store,
+            last_writes: 0,
             _dir: dir,
         };
         // A task connects every stateful operator to its tables before any input.
@@ -82,6 +85,7 @@ impl Harness {
                 op.checkpoint(tables, &mut batch).expect("checkpoint");
             }
         }
+        self.last_writes = batch.len();
         self.store.write(batch).expect("state written");
         out
     }
@@ -90,6 +94,13 @@ impl Harness {
     pub fn restart(&mut self) {
         self.chain = (self.factory)().expect("chain");
         self.restore();
+    }
+
+    /// Writes a state entry directly, as an older version of an operator would have.
+    pub fn put_state(&self, operator: usize, table: usize, key: &[u8], value: &[u8]) {
+        let mut batch = WriteBatch::default();
+        self.tables[operator][table].put_keyed(&mut batch, key, Some(value));
+        self.store.write(batch).expect("state written");
     }
 
     /// Keyed state entries the chain's operators have written.

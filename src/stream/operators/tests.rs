@@ -331,3 +331,116 @@ mod over_window {
         assert_eq!(view.rows(), vec!["1, 20, NULL", "1, 30, 20", "2, 5, NULL"]);
     }
 }
+
+/// `SELECT k, max(v), count(DISTINCT v) FROM t GROUP BY k` over a keyed input.
+fn max_distinct() -> Harness {
+    let output = Arc::new(Schema::new(vec![
+        Field::new("k", DataType::Int64, true),
+        Field::new("max", DataType::Int64, true),
+        Field::new("count", DataType::Int64, false),
+    ]));
+    Harness::new(move || {
+        let call = |kind| AggCall {
+            kind,
+            arg: Some(Arc::new(Column::new("v", 1))),
+            arg_type: DataType::Int64,
+            output_type: DataType::Int64,
+            filter: None,
+            general: None,
+        };
+        let agg = HashAgg::new(
+            vec![Arc::new(Column::new("k", 0))],
+            vec![DataType::Int64],
+            vec![call(AggKind::Max), call(AggKind::CountDistinct)],
+            output.clone(),
+            vec![],
+        )?;
+        Ok(vec![Box::new(agg) as Box<dyn Operator>])
+    })
+}
+
+#[test]
+fn max_writes_only_the_values_that_changed_and_reads_them_back() {
+    let mut h = max_distinct();
+    let schema = kv_schema();
+    let values = 1..=1000;
+    h.push(
+        0,
+        chunk(
+            &schema,
+            values.map(|v| kv(Op::Insert, 1, Some(v))).collect(),
+            None,
+        ),
+    );
+    assert_eq!(rows_text(&h.barrier()), vec!["+ 1, 1000, 1000"]);
+    // The group's row and a row per value of each of the two calls.
+    assert_eq!(h.state_entries(), 1 + 2 * 1000);
+    // Retracting the largest value writes the group and that value's two rows, not the
+    // group's other 999 values.
+    h.push(0, chunk(&schema, vec![kv(Op::Delete, 1, Some(1000))], None));
+    assert_eq!(
+        rows_text(&h.barrier()),
+        vec!["U- 1, 1000, 1000", "U+ 1, 999, 999"]
+    );
+    assert_eq!(h.last_writes, 3);
+    assert_eq!(h.state_entries(), 1 + 2 * 999);
+    // After a restart the values are read back from their rows.
+    h.restart();
+    h.push(0, chunk(&schema, vec![kv(Op::Delete, 1, Some(999))], None));
+    assert_eq!(
+        rows_text(&h.barrier()),
+        vec!["U- 1, 999, 999", "U+ 1, 998, 998"]
+    );
+    // A group whose rows are all retracted leaves no state behind.
+    h.push(
+        0,
+        chunk(
+            &schema,
+            (1..=998).map(|v| kv(Op::Delete, 1, Some(v))).collect(),
+            None,
+        ),
+    );
+    assert_eq!(rows_text(&h.barrier()), vec!["- 1, 998, 998"]);
+    assert_eq!(h.state_entries(), 0);
+}
+
+#[test]
+fn an_aggregate_reads_values_stored_inline_by_an_older_version() {
+    use arrow::array::{ArrayRef, Int64Array};
+    use arrow::row::{RowConverter, SortField};
+    let codec = RowConverter::new(vec![SortField::new(DataType::Int64)]).unwrap();
+    let encode = |values: Vec<i64>| -> Vec<Vec<u8>> {
+        let column: ArrayRef = Arc::new(Int64Array::from(values));
+        let rows = codec.convert_columns(&[column]).unwrap();
+        rows.iter().map(|r| r.as_ref().to_vec()).collect()
+    };
+    // Group 1 with rows 1, 2, 3: row count, shown, then per call (max, count distinct)
+    // the number of values and each value's length, bytes and count.
+    let mut state = Vec::new();
+    state.extend_from_slice(&3i64.to_le_bytes());
+    state.push(1);
+    for _call in 0..2 {
+        state.extend_from_slice(&3u32.to_le_bytes());
+        for value in encode(vec![1, 2, 3]) {
+            state.extend_from_slice(&(value.len() as u32).to_le_bytes());
+            state.extend_from_slice(&value);
+            state.extend_from_slice(&1i64.to_le_bytes());
+        }
+    }
+    let mut h = max_distinct();
+    h.put_state(0, 0, &encode(vec![1])[0], &state);
+    h.restart();
+    h.push(
+        0,
+        chunk(&kv_schema(), vec![kv(Op::Delete, 1, Some(3))], None),
+    );
+    assert_eq!(rows_text(&h.barrier()), vec!["U- 1, 3, 3", "U+ 1, 2, 2"]);
+    // Rewritten as value rows: the group and its two values in each call.
+    assert_eq!(h.state_entries(), 1 + 2 * 2);
+    h.restart();
+    h.push(
+        0,
+        chunk(&kv_schema(), vec![kv(Op::Delete, 1, Some(2))], None),
+    );
+    assert_eq!(rows_text(&h.barrier()), vec!["U- 1, 2, 2", "U+ 1, 1, 1"]);
+}

@@ -83,6 +83,7 @@ impl HashAgg {
         self.resident_bytes -= self.sizes[g];
         self.sizes[g] = 0;
         self.is_dirty[g] = false;
+        self.value_changes[g].clear();
         for state in &mut self.states {
             if let AggState::Values { counts, .. } = state {
                 counts[g] = BTreeMap::new();
@@ -109,8 +110,12 @@ impl HashAgg {
             let key: Box<[u8]> = (*key).into();
             let g = self.new_group(key.clone());
             self.groups.insert(key, g);
-            if let Some(bytes) = &stored {
-                self.decode_group(g, bytes)?;
+            if let Some(bytes) = &stored
+                && self.decode_group(g, bytes)?
+                && let Some(cache) = &self.cache
+            {
+                let state = cache.state.clone();
+                self.load_value_rows(g, &state)?;
             }
             slots.push((g, stored.is_some()));
         }

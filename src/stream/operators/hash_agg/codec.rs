@@ -3,9 +3,12 @@
 //! Layout: the group's input row count (i64), whether its row is shown (one byte), then
 //! each call's state in call order — a count (i64), a sum (i128 or f64) with its count
 //! of non-null inputs (i64), an interval sum (three i128: months, days, nanoseconds)
-//! with its count, or the counted values (u32 length, then per value its length, bytes
-//! and count). Numbers are little-endian.
+//! with its count, or, for counted values, the marker [`VALUES_IN_ROWS`]: the values are
+//! rows of their own ([`super::value_rows`]). Groups written by older versions have the
+//! number of values there instead, then per value its length, bytes and count. Numbers
+//! are little-endian.
 
+use super::value_rows::{VALUES_IN_ROWS, value_changed};
 use super::{AggState, HashAgg};
 use crate::error::{EddyError, Result};
 
@@ -61,25 +64,22 @@ impl HashAgg {
                     }
                     out.extend_from_slice(&n[g].to_le_bytes());
                 }
-                AggState::Values { counts, .. } => {
-                    out.extend_from_slice(&(counts[g].len() as u32).to_le_bytes());
-                    for (value, count) in &counts[g] {
-                        out.extend_from_slice(&(value.len() as u32).to_le_bytes());
-                        out.extend_from_slice(value);
-                        out.extend_from_slice(&count.to_le_bytes());
-                    }
-                }
+                AggState::Values { .. } => out.extend_from_slice(&VALUES_IN_ROWS.to_le_bytes()),
             }
         }
     }
 
-    /// Fills the (fresh) slot `g` from a group's stored state.
-    pub(super) fn decode_group(&mut self, g: usize, bytes: &[u8]) -> Result<()> {
+    /// Fills the (fresh) slot `g` from a group's stored state. Returns whether its counted
+    /// values are to be read from their own rows. Values stored inline (by an older
+    /// version) are marked changed, so that the next barrier writes them as rows.
+    pub(super) fn decode_group(&mut self, g: usize, bytes: &[u8]) -> Result<bool> {
         let mut r = StateReader(bytes);
         self.row_counts[g] = r.i64()?;
         self.visible[g] = r.take::<1>()?[0] != 0;
         let mut value_bytes = 0;
-        for state in &mut self.states {
+        let mut values_in_rows = false;
+        let mut inline_values = false;
+        for (call, state) in self.states.iter_mut().enumerate() {
             match state {
                 AggState::Count(c) => c[g] = r.i64()?,
                 AggState::IntSum(s, n) => {
@@ -98,16 +98,25 @@ impl HashAgg {
                 }
                 AggState::Values { counts, .. } => {
                     let len = u32::from_le_bytes(r.take()?);
+                    if len == VALUES_IN_ROWS {
+                        values_in_rows = true;
+                        continue;
+                    }
                     for _ in 0..len {
                         let value = r.bytes()?.to_vec();
                         let count = r.i64()?;
                         value_bytes += super::cache::value_bytes(&value);
+                        value_changed(&mut self.value_changes, g, call, &value);
                         counts[g].insert(value, count);
+                        inline_values = true;
                     }
                 }
             }
         }
         self.grow_group(g, value_bytes);
-        Ok(())
+        if inline_values {
+            self.mark_dirty(g);
+        }
+        Ok(values_in_rows)
     }
 }

@@ -18,11 +18,13 @@ mod cache;
 mod codec;
 mod exact;
 mod general;
+mod value_rows;
 
 pub use general::{GeneralAgg, OrderKey};
 
 use cache::GroupCache;
 use codec::CLOSED_BELOW_KEY;
+use value_rows::value_changed;
 
 use super::filter::mask;
 use super::project::Project;
@@ -198,6 +200,9 @@ pub struct HashAgg {
     window_close: Option<WindowClose>,
     /// Groups changed since the last barrier (a group may appear twice).
     dirty: Vec<usize>,
+    /// Per group, the counted values (call, value) whose count changed since the last
+    /// barrier: the value rows the barrier writes ([`value_rows`]).
+    value_changes: Vec<Vec<value_rows::ValueChange>>,
     is_dirty: Vec<bool>,
     /// Keys of groups forgotten since the last barrier (closed windows).
     forgotten: Vec<Box<[u8]>>,
@@ -324,6 +329,7 @@ impl HashAgg {
             watermark_keys,
             window_close: None,
             dirty: vec![],
+            value_changes: vec![],
             is_dirty: vec![],
             forgotten: vec![],
             restored: false,
@@ -369,6 +375,7 @@ impl HashAgg {
             self.visible[g] = false;
             self.is_dirty[g] = false;
             self.is_pending[g] = false;
+            self.value_changes[g].clear();
             for s in &mut self.states {
                 match s {
                     AggState::Count(v) => v[g] = 0,
@@ -397,6 +404,7 @@ impl HashAgg {
         self.visible.push(false);
         self.is_dirty.push(false);
         self.is_pending.push(false);
+        self.value_changes.push(Vec::new());
         for s in &mut self.states {
             match s {
                 AggState::Count(v) => v.push(0),
@@ -540,7 +548,7 @@ impl HashAgg {
             self.row_counts[*g] += sign;
             self.mark_dirty(*g);
         }
-        for (call, state) in self.calls.iter().zip(self.states.iter_mut()) {
+        for (index, (call, state)) in self.calls.iter().zip(self.states.iter_mut()).enumerate() {
             if let (Some(general), AggState::Values { counts, codec, .. }) =
                 (&call.general, &mut *state)
             {
@@ -550,7 +558,9 @@ impl HashAgg {
                     if *sign == 0 {
                         continue;
                     }
-                    let delta = add_count(&mut counts[*g], rows.row(i).as_ref(), *sign);
+                    let row = rows.row(i);
+                    value_changed(&mut self.value_changes, *g, index, row.as_ref());
+                    let delta = add_count(&mut counts[*g], row.as_ref(), *sign);
                     self.sizes[*g] = self.sizes[*g].wrapping_add_signed(delta);
                     self.resident_bytes = self.resident_bytes.wrapping_add_signed(delta);
                 }
@@ -647,6 +657,10 @@ impl HashAgg {
                             if better {
                                 let freed: usize =
                                     group.keys().map(|k| cache::value_bytes(k)).sum();
+                                for old in group.keys() {
+                                    value_changed(&mut self.value_changes, *g, index, old);
+                                }
+                                value_changed(&mut self.value_changes, *g, index, value.as_ref());
                                 group.clear();
                                 group.insert(value.as_ref().to_vec(), 1);
                                 self.sizes[*g] = self.sizes[*g] + bytes - freed;
@@ -654,6 +668,7 @@ impl HashAgg {
                             }
                             continue;
                         }
+                        value_changed(&mut self.value_changes, *g, index, value.as_ref());
                         let delta = add_count(group, value.as_ref(), *sign);
                         self.sizes[*g] = self.sizes[*g].wrapping_add_signed(delta);
                         self.resident_bytes = self.resident_bytes.wrapping_add_signed(delta);
@@ -850,8 +865,12 @@ impl Operator for HashAgg {
     /// windows) and, with `EMIT ON WINDOW CLOSE`, where windows are closed.
     fn checkpoint(&mut self, tables: &[OperatorState], batch: &mut WriteBatch) -> Result<()> {
         let state = &tables[0];
+        let keeps_values = self.keeps_values();
         for key in self.forgotten.drain(..) {
             state.put_keyed(batch, &key, None);
+            if keeps_values {
+                Self::delete_value_rows(&key, state, batch);
+            }
         }
         let mut value = Vec::new();
         for g in std::mem::take(&mut self.dirty) {
@@ -866,8 +885,13 @@ impl Operator for HashAgg {
             if self.exists(g) {
                 self.encode_group(g, &mut value);
                 state.put_keyed(batch, key, Some(&value));
+                self.write_value_changes(g, state, batch);
             } else {
                 state.put_keyed(batch, key, None);
+                if keeps_values {
+                    Self::delete_value_rows(key, state, batch);
+                    self.value_changes[g].clear();
+                }
             }
         }
         if let Some(closed_below) = self
@@ -892,7 +916,9 @@ impl Operator for HashAgg {
         let mut keys: Vec<Box<[u8]>> = Vec::new();
         if has_groups && self.window_close.is_some() {
             state.scan_owned(|k, _| {
-                keys.push(k.into());
+                if !value_rows::is_value_row(k) {
+                    keys.push(k.into());
+                }
                 Ok(())
             })?;
         }
