@@ -13,6 +13,7 @@ mod copy;
 mod ddl;
 pub mod drop;
 mod failover;
+mod float_extremes;
 pub mod functions;
 pub mod materialized_views;
 mod numeric_division;
@@ -172,6 +173,7 @@ impl Engine {
         .map_err(|e| EddyError::from(*e))?;
         crate::catalog::pg_catalog::EddyPgCatalog::install(&ctx, DATABASE_NAME, catalog.clone())?;
         functions::register(&ctx);
+        float_extremes::register(&ctx);
 
         let checkpoints = Arc::new(crate::checkpoint::Coordinator::new(
             jobs.clone(),

@@ -387,40 +387,38 @@ impl StateTable {
     }
 
     /// [`StateTable::scan`] as of a snapshot (`None`: now).
+    ///
+    /// Rows come in the order of their keys (primary key, group key, or the hidden row
+    /// id, which follows insertion), as PostgreSQL and RisingWave return a small table
+    /// without `ORDER BY`, not in the order of the key groups they are stored under.
     pub fn scan_at(&self, snapshot: Option<&super::ServingSnapshot>) -> Result<Vec<ScannedBatch>> {
-        let parser = self.value_codec.parser();
-        let mut out = Vec::new();
-        let mut keys: Vec<Vec<u8>> = Vec::new();
-        let mut values: Vec<Vec<u8>> = Vec::new();
-        let prefix = table_prefix(self.table_id);
-        let mut flush = |keys: &mut Vec<Vec<u8>>, values: &mut Vec<Vec<u8>>| -> Result<()> {
-            if keys.is_empty() {
-                return Ok(());
-            }
-            let rows = values.iter().map(|v| parser.parse(v));
-            let columns = self.value_codec.convert_rows(rows)?;
-            let batch = RecordBatch::try_new(self.schema.clone(), columns)?;
-            out.push(ScannedBatch {
-                keys: std::mem::take(keys),
-                batch,
-            });
-            values.clear();
-            Ok(())
-        };
+        let mut rows: Vec<(Vec<u8>, Vec<u8>)> = Vec::new();
         let visit = |k: &[u8], v: &[u8]| {
             debug_assert!(k.len() >= KEY_PREFIX_LEN);
-            keys.push(k.to_vec());
-            values.push(v.to_vec());
-            if keys.len() >= SCAN_BATCH_ROWS {
-                flush(&mut keys, &mut values)?;
-            }
+            rows.push((k.to_vec(), v.to_vec()));
             Ok(())
         };
+        let prefix = table_prefix(self.table_id);
         match snapshot {
             Some(snapshot) => snapshot.scan_prefix(&prefix, visit)?,
             None => self.store.scan_prefix(&prefix, visit)?,
         }
-        flush(&mut keys, &mut values)?;
+        // Each key group is already sorted: the sort merges those runs.
+        rows.sort_by(|a, b| a.0[KEY_PREFIX_LEN..].cmp(&b.0[KEY_PREFIX_LEN..]));
+        let parser = self.value_codec.parser();
+        let mut out = Vec::with_capacity(rows.len().div_ceil(SCAN_BATCH_ROWS));
+        let mut rows = rows.into_iter().peekable();
+        while rows.peek().is_some() {
+            let (keys, values): (Vec<Vec<u8>>, Vec<Vec<u8>>) =
+                rows.by_ref().take(SCAN_BATCH_ROWS).unzip();
+            let columns = self
+                .value_codec
+                .convert_rows(values.iter().map(|v| parser.parse(v)))?;
+            out.push(ScannedBatch {
+                keys,
+                batch: RecordBatch::try_new(self.schema.clone(), columns)?,
+            });
+        }
         Ok(out)
     }
 
