@@ -348,6 +348,23 @@ fn interval_micros(v: &ColumnarValue, what: &str, window: &str) -> datafusion::c
     }
 }
 
+impl WindowBounds {
+    fn check_step_and_size(&self, step: i64, size: i64) -> datafusion::common::Result<()> {
+        if step <= 0 || size <= 0 {
+            return datafusion::common::plan_err!(
+                "{} step and size must be positive",
+                self.kind.window()
+            );
+        }
+        if self.kind == WindowList::CumulateEnds && size % step != 0 {
+            return datafusion::common::plan_err!(
+                "the size of a CUMULATE window must be a multiple of its step"
+            );
+        }
+        Ok(())
+    }
+}
+
 impl ScalarUDFImpl for WindowBounds {
     fn name(&self) -> &str {
         match self.kind {
@@ -377,6 +394,32 @@ impl ScalarUDFImpl for WindowBounds {
         )))
     }
 
+    /// Checks constant step and size while the query is planned, so a view with an
+    /// invalid window is refused when it is created rather than failing later.
+    fn return_field_from_args(
+        &self,
+        args: datafusion::logical_expr::ReturnFieldArgs,
+    ) -> datafusion::common::Result<arrow::datatypes::FieldRef> {
+        let window = self.kind.window();
+        if let (Some(Some(step)), Some(Some(size))) =
+            (args.scalar_arguments.get(1), args.scalar_arguments.get(2))
+        {
+            let step = interval_micros(&ColumnarValue::Scalar((*step).clone()), "step", window)?;
+            let size = interval_micros(&ColumnarValue::Scalar((*size).clone()), "size", window)?;
+            self.check_step_and_size(step, size)?;
+        }
+        let types: Vec<DataType> = args
+            .arg_fields
+            .iter()
+            .map(|f| f.data_type().clone())
+            .collect();
+        Ok(Arc::new(arrow::datatypes::Field::new(
+            self.name(),
+            self.return_type(&types)?,
+            true,
+        )))
+    }
+
     fn invoke_with_args(
         &self,
         args: ScalarFunctionArgs,
@@ -388,14 +431,7 @@ impl ScalarUDFImpl for WindowBounds {
             Some(o) => interval_micros(o, "offset", window)?,
             None => 0,
         };
-        if step <= 0 || size <= 0 {
-            return datafusion::common::plan_err!("{window} step and size must be positive");
-        }
-        if self.kind == WindowList::CumulateEnds && size % step != 0 {
-            return datafusion::common::plan_err!(
-                "the size of a CUMULATE window must be a multiple of its step"
-            );
-        }
+        self.check_step_and_size(step, size)?;
         let item_type = match self.return_type(&[args.args[0].data_type()])? {
             DataType::List(f) => f.data_type().clone(),
             _ => unreachable!("return_type is a list"),

@@ -143,7 +143,9 @@ pub fn parse_eddy_statement(sql: &str) -> Option<Result<EddyStatement>> {
     if let Some(table) = table_extras::parse(sql) {
         return Some(table.map(EddyStatement::CreateTable));
     }
-    if let Some(statement) = strip_emit_on_window_close(sql) {
+    if let Some(statement) =
+        strip_emit_on_window_close(sql).or_else(|| strip_leading_emit_on_window_close(sql))
+    {
         return Some(Ok(EddyStatement::EmitOnWindowClose(statement)));
     }
     source::parse_drop(sql)
@@ -159,6 +161,44 @@ fn strip_emit_on_window_close(sql: &str) -> Option<String> {
     let separated = before.ends_with(|c: char| c.is_whitespace() || c == ')');
     (clause == ["emit", "on", "window", "close"] && separated)
         .then(|| before.trim_end().to_string())
+}
+
+/// `CREATE MATERIALIZED VIEW name EMIT ON WINDOW CLOSE AS query` (RisingWave's other
+/// place for the clause) without the clause, if `sql` is such a statement.
+fn strip_leading_emit_on_window_close(sql: &str) -> Option<String> {
+    let tokens = Tokenizer::new(&PostgreSqlDialect {}, sql).tokenize().ok()?;
+    let words: Vec<(usize, String)> = tokens
+        .iter()
+        .enumerate()
+        .filter(|(_, t)| !matches!(t, Token::Whitespace(_)))
+        .map(|(i, t)| match t {
+            Token::Word(w) if w.quote_style.is_none() => (i, w.value.to_ascii_uppercase()),
+            other => (i, other.to_string()),
+        })
+        .collect();
+    let is = |at: usize, expected: &[&str]| {
+        expected
+            .iter()
+            .enumerate()
+            .all(|(k, e)| words.get(at + k).is_some_and(|(_, w)| w == e))
+    };
+    if !is(0, &["CREATE", "MATERIALIZED", "VIEW"]) {
+        return None;
+    }
+    // The clause sits between the name and the first AS.
+    let first_as = words.iter().position(|(_, w)| w == "AS")?;
+    let clause = first_as.checked_sub(4)?;
+    if clause < 4 || !is(clause, &["EMIT", "ON", "WINDOW", "CLOSE"]) {
+        return None;
+    }
+    let (from, to) = (words[clause].0, words[clause + 3].0);
+    let kept: String = tokens
+        .iter()
+        .enumerate()
+        .filter(|(i, _)| *i < from || *i > to)
+        .map(|(_, t)| t.to_string())
+        .collect();
+    Some(kept.trim().trim_end_matches(';').to_string())
 }
 
 use crate::error::{EddyError, Result};
@@ -346,6 +386,25 @@ fn parse_tokens(verb: &str, rest: &[Token]) -> Result<UserStatement> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn emit_on_window_close_before_as_is_taken_out() {
+        assert_eq!(
+            strip_leading_emit_on_window_close(
+                "create materialized view mv\nemit on window close\nas\nselect 'a b' from t;"
+            )
+            .as_deref(),
+            Some("create materialized view mv\n\nas\nselect 'a b' from t")
+        );
+        assert_eq!(
+            strip_leading_emit_on_window_close("CREATE MATERIALIZED VIEW mv AS SELECT 1"),
+            None
+        );
+        assert_eq!(
+            strip_leading_emit_on_window_close("SELECT emit FROM t"),
+            None
+        );
+    }
 
     #[test]
     fn parses_postgres_user_statements() {
