@@ -187,7 +187,23 @@ pub(super) async fn create(
     })?;
     let table = engine.schema_provider.state_table_for(&rel)?;
     start_job(engine, &rel, &graph, JobOutput::View(table), false).await?;
+    // A query that cannot run over the rows its tables already hold is refused, as
+    // RisingWave refuses it, instead of leaving a view whose job keeps failing.
+    if let Some(failure) = job_failure(engine, &rel.name) {
+        super::drop::drop_relation(engine, &rel, false)?;
+        return Err(EddyError::new(
+            sqlstate::DATA_EXCEPTION,
+            format!("the view's query failed on the existing rows: {failure}"),
+        ));
+    }
     Ok(Outcome::Command("CREATE_MATERIALIZED_VIEW".into()))
+}
+
+/// The error a job failed with, if it has failed (and perhaps been restarted since).
+fn job_failure(engine: &Engine, name: &str) -> Option<String> {
+    let job = engine.jobs.jobs().into_iter().find(|j| j.name == name)?;
+    let error = job.error.lock().clone();
+    error.or_else(|| job.last_failure.lock().clone())
 }
 
 pub(super) async fn drop(
