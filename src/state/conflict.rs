@@ -26,7 +26,8 @@ impl OnConflict {
         let words: Vec<&str> = words.iter().map(String::as_str).collect();
         Ok(match words.as_slice() {
             ["overwrite"] | ["do", "update", "full"] => OnConflict::Overwrite,
-            ["do", "nothing"] => OnConflict::DoNothing,
+            // `IGNORE`: RisingWave's older name for it.
+            ["do", "nothing"] | ["ignore"] => OnConflict::DoNothing,
             ["do", "update", "if", "not", "null"] => OnConflict::UpdateIfNotNull,
             other => {
                 return Err(EddyError::syntax(format!(
