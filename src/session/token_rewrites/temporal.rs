@@ -19,15 +19,12 @@ pub(super) fn for_system_time(
     start: usize,
 ) -> Result<Option<(Vec<Token>, usize)>> {
     let mut c = Cursor::new(tokens, start);
-    // The table's (possibly qualified) name.
+    // The table's (possibly qualified) name: any word, keywords too (`version` is one),
+    // since only `FOR SYSTEM_TIME AS OF` after it makes this a temporal join.
     let mut name = Vec::new();
     loop {
         match c.next() {
-            Some(t @ Token::Word(w))
-                if w.quote_style.is_some() || w.keyword == Keyword::NoKeyword =>
-            {
-                name.push(t.clone())
-            }
+            Some(t @ Token::Word(_)) => name.push(t.clone()),
             _ => return Ok(None),
         }
         if c.peek() != Some(&Token::Period) {
@@ -114,6 +111,13 @@ mod tests {
                 .unwrap()
                 .unwrap(),
             "SELECT 1 FROM s JOIN (SELECT * FROM t WHERE __eddy_temporal_join()) AS x ON true"
+        );
+        // A table named by a keyword.
+        assert_eq!(
+            rewrite("select * from stream left join version FOR SYSTEM_TIME AS OF PROCTIME() on id1 = id2")
+                .unwrap()
+                .unwrap(),
+            "select * from stream left join (SELECT * FROM version WHERE __eddy_temporal_join()) AS version on id1 = id2"
         );
     }
 
