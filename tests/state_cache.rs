@@ -1,6 +1,6 @@
 //! The bounded state cache (`--state-cache-mb`): aggregates with far more groups than fit
 //! in the cache evict clean groups to RocksDB and read them back when their key comes
-//! again. Results must equal DataFusion's batch result over the same rows — also across a
+//! again; joins do the same with the rows of their join keys. Results must equal DataFusion's batch result over the same rows — also across a
 //! SIGKILL in the middle — while the cache's memory stays near its limit.
 
 use crate::common::TestServer;
@@ -20,7 +20,9 @@ const ROWS: &str = "CREATE SOURCE gen (id BIGINT, k BIGINT, v INT) WITH (
     datagen.rows.per.second = 60000)";
 
 /// (view, query, the batch query to compare with).
-const VIEWS: &[(&str, &str, &str)] = &[
+type View = (&'static str, &'static str, &'static str);
+
+const VIEWS: &[View] = &[
     (
         "per_k",
         "SELECT k, count(*) AS n, sum(v) AS total, min(v) AS lo, max(v) AS hi, count(DISTINCT v) AS vs FROM gen GROUP BY k",
@@ -48,7 +50,7 @@ async fn cache_figures(client: &tokio_postgres::Client) -> (i64, i64, i64) {
 }
 
 /// Polls until every view's job has finished; returns the largest cache use seen.
-async fn run_to_end(client: &tokio_postgres::Client, mut peak: i64) -> i64 {
+async fn run_to_end(client: &tokio_postgres::Client, views: &[View], mut peak: i64) -> i64 {
     let deadline = Instant::now() + Duration::from_secs(240);
     loop {
         peak = peak.max(cache_figures(client).await.0);
@@ -56,7 +58,7 @@ async fn run_to_end(client: &tokio_postgres::Client, mut peak: i64) -> i64 {
         for j in &jobs {
             assert_ne!(j[1], "failed", "job {} failed: {}", j[0], j[2]);
         }
-        if VIEWS
+        if views
             .iter()
             .all(|(name, ..)| jobs.iter().any(|j| j[0] == *name && j[1] == "finished"))
         {
@@ -69,16 +71,61 @@ async fn run_to_end(client: &tokio_postgres::Client, mut peak: i64) -> i64 {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn groups_beyond_the_cache_are_evicted_and_read_back_exactly() {
+    let (groups, peak) = evicted_and_read_back(ROWS, VIEWS, "per_k").await;
+    assert!(groups > 100_000, "{groups} groups");
+    eprintln!("{groups} groups; the state cache peaked at {peak} bytes");
+    // The cache held its limit, a quarter more before sources hold off, and the groups
+    // of the chunks in flight (4 exchange channels of 8 chunks of ~512 rows, ~700 bytes a
+    // group: ~12 MB) — not the ~100 MB all groups take.
+    assert!(
+        peak < 16 << 20,
+        "the cache grew to {peak} bytes with a limit of {LIMIT_BYTES}"
+    );
+}
+
+/// 120000 rows over 100000 keys, joined with themselves: each side holds every row
+/// (some 30 MB in memory) against a 1 MB cache.
+const JOIN_ROWS: &str = "CREATE SOURCE gen (id BIGINT, k BIGINT, v INT) WITH (
+    connector = 'datagen',
+    fields.id.kind = 'sequence', fields.id.start = 1, fields.id.end = 120000,
+    fields.k.min = 1, fields.k.max = 100000, fields.k.seed = 3,
+    fields.v.min = 0, fields.v.max = 50, fields.v.seed = 4,
+    datagen.split.num = 2,
+    datagen.rows.per.second = 40000)";
+
+const JOIN_VIEWS: &[View] = &[(
+    "pairs",
+    "SELECT a.k, count(*) AS pairs, sum(a.v * b.v) AS products FROM gen a JOIN gen b ON a.k = b.k GROUP BY a.k",
+    "SELECT a.k, count(*) AS pairs, sum(a.v * b.v) AS products FROM s a JOIN s b ON a.k = b.k GROUP BY a.k",
+)];
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn join_rows_beyond_the_cache_are_evicted_and_read_back_exactly() {
+    let (keys, peak) = evicted_and_read_back(JOIN_ROWS, JOIN_VIEWS, "pairs").await;
+    assert!(keys > 60_000, "{keys} join keys");
+    eprintln!("{keys} join keys; the state cache peaked at {peak} bytes");
+    // The limit, a quarter more, and the join rows and groups of the chunks in flight —
+    // not the ~45 MB the join's two sides and the aggregate's groups take.
+    assert!(
+        peak < 24 << 20,
+        "the cache grew to {peak} bytes with a limit of {LIMIT_BYTES}"
+    );
+}
+
+/// Runs `views` over the rows of `source` with a 1 MB state cache, SIGKILLs the server
+/// once state has been evicted and read back, and checks every view against DataFusion's
+/// batch result after the restart. Returns the rows of `counted` and the cache's peak.
+async fn evicted_and_read_back(source: &str, views: &[View], counted: &str) -> (i64, i64) {
     let temp = tempfile::tempdir().unwrap();
     let data_dir = temp.path().join("data");
     let args = ["--state-cache-mb", "1", "--barrier-interval-ms", "200"];
     let mut server = TestServer::start_in_with_args(&data_dir, &args);
     let client = server.connect().await;
     client
-        .batch_execute(&format!("SET streaming_parallelism = 2; {ROWS}"))
+        .batch_execute(&format!("SET streaming_parallelism = 2; {source}"))
         .await
         .unwrap();
-    for (name, query, _) in VIEWS {
+    for (name, query, _) in views {
         client
             .batch_execute(&format!("CREATE MATERIALIZED VIEW {name} AS {query}"))
             .await
@@ -87,7 +134,7 @@ async fn groups_beyond_the_cache_are_evicted_and_read_back_exactly() {
     let limit = view_rows(&client, "SELECT limit_bytes FROM eddy_catalog.state_cache").await;
     assert_eq!(limit, vec![vec![LIMIT_BYTES.to_string()]]);
 
-    // Half-way, the cache is full and groups come back from RocksDB; then a SIGKILL.
+    // Half-way, the cache is full and state comes back from RocksDB; then a SIGKILL.
     let mut peak = 0;
     let deadline = Instant::now() + Duration::from_secs(120);
     loop {
@@ -98,14 +145,14 @@ async fn groups_beyond_the_cache_are_evicted_and_read_back_exactly() {
         }
         assert!(
             Instant::now() < deadline,
-            "no group was evicted and read back"
+            "nothing was evicted and read back"
         );
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
     server.kill();
     server = TestServer::start_in_with_args(&data_dir, &args);
     let client = server.connect().await;
-    let peak = run_to_end(&client, peak).await;
+    let peak = run_to_end(&client, views, peak).await;
 
     let schema = Arc::new(Schema::new(vec![
         Field::new("id", DataType::Int64, true),
@@ -113,27 +160,19 @@ async fn groups_beyond_the_cache_are_evicted_and_read_back_exactly() {
         Field::new("v", DataType::Int32, true),
     ]));
     let spec =
-        eddy::connectors::ConnectorSpec::from_options(&schema, &source_options(ROWS)).unwrap();
-    for (name, _, reference) in VIEWS {
+        eddy::connectors::ConnectorSpec::from_options(&schema, &source_options(source)).unwrap();
+    for (name, _, reference) in views {
         let streamed = view_rows(&client, &format!("SELECT * FROM {name}")).await;
         let expected = batch_query(reference, &schema, &spec).await;
         assert_same(name, &streamed, &expected);
     }
-    // The cache held its limit, a quarter more before sources hold off, and the groups
-    // of the chunks in flight (4 exchange channels of 8 chunks of ~512 rows, ~700 bytes a
-    // group: ~12 MB) — not the ~100 MB all groups take.
-    let groups = view_rows(&client, "SELECT count(*) FROM per_k").await[0][0]
-        .parse::<i64>()
-        .unwrap();
-    assert!(groups > 100_000, "{groups} groups");
-    eprintln!("{groups} groups; the state cache peaked at {peak} bytes");
-    assert!(
-        peak < 16 << 20,
-        "the cache grew to {peak} bytes with a limit of {LIMIT_BYTES}"
-    );
     let (_, evictions, loads) = cache_figures(&client).await;
     assert!(
         evictions > 0 && loads > 0,
-        "after the restart groups were evicted ({evictions}) and read back ({loads})"
+        "after the restart state was evicted ({evictions}) and read back ({loads})"
     );
+    let rows = view_rows(&client, &format!("SELECT count(*) FROM {counted}")).await[0][0]
+        .parse::<i64>()
+        .unwrap();
+    (rows, peak)
 }

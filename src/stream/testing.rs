@@ -30,8 +30,17 @@ pub struct Harness {
 impl Harness {
     /// A chain built by `factory` (again at each [`Harness::restart`]), as subtask 0 of 1.
     pub fn new(factory: impl Fn() -> Result<Vec<Box<dyn Operator>>> + 'static) -> Self {
+        Self::with_cache_limit(64 << 20, factory)
+    }
+
+    /// A harness whose state caches share `cache_bytes` (`--state-cache-mb`): a tiny
+    /// limit makes operators evict whatever is clean at every barrier.
+    pub fn with_cache_limit(
+        cache_bytes: usize,
+        factory: impl Fn() -> Result<Vec<Box<dyn Operator>>> + 'static,
+    ) -> Self {
         let dir = tempfile::tempdir().expect("temporary directory");
-        let store = Arc::new(StateStore::open(dir.path(), 64 << 20).expect("state store"));
+        let store = Arc::new(StateStore::open(dir.path(), cache_bytes).expect("state store"));
         let chain = factory().expect("chain");
         let mut next_table = 1u32;
         let tables = chain
@@ -94,6 +103,11 @@ impl Harness {
     pub fn restart(&mut self) {
         self.chain = (self.factory)().expect("chain");
         self.restore();
+    }
+
+    /// The state caches' shared budget (its load and eviction counters).
+    pub fn cache_budget(&self) -> &Arc<crate::state::CacheBudget> {
+        self.store.cache_budget()
     }
 
     /// Writes a state entry directly, as an older version of an operator would have.

@@ -269,6 +269,9 @@ impl HashJoin {
         let other = 1 - side;
         let batch = &chunk.batch;
         let (join_keys, has_null) = self.join_keys(side, batch)?;
+        // The rows of the chunk's keys, on both sides, read back where evicted.
+        self.sides[side].load(&join_keys)?;
+        self.sides[other].load(&join_keys)?;
         let rows = self.row_codecs[side].convert_columns(batch.columns())?;
         let matches = self.candidate_matches(side, &rows, &join_keys, &has_null)?;
         let mut verdicts = matches.as_deref().map(|m| m.iter());
@@ -430,6 +433,7 @@ impl HashJoin {
                 index.add(bound, join_key, id);
             }
         }
+        self.sides[side].report();
         out.finish(self, batch)
     }
 }
@@ -637,8 +641,9 @@ impl Operator for HashJoin {
     }
 
     fn restore(&mut self, tables: &[OperatorState]) -> Result<()> {
-        for (side, table) in self.sides.iter_mut().zip(tables) {
-            side.restore(table)?;
+        for (index, (side, table)) in self.sides.iter_mut().zip(tables).enumerate() {
+            // Rows that expire stay in memory, where the expiry index finds them.
+            side.restore(table, self.expiry[index].is_none())?;
         }
         // The restored rows expire as they would have.
         for side in 0..2 {

@@ -7,16 +7,30 @@
 //! unmatched rows (the left side of a `LEFT JOIN`) also count their matches on the other
 //! side, their *degree*: a row whose degree falls to zero is emitted NULL-padded again.
 //!
-//! The rows live in memory and in the side's state table; a barrier writes the entries
-//! changed since the last one. State keys are `len(join key) | join key | row id` in the
-//! key group of the join key — the group the hash exchange routes the rows by, so a job
-//! restarted at another parallelism finds each key's rows in the subtask they now reach.
+//! The rows live in the side's state table; a barrier writes the entries changed since
+//! the last one. State keys are `len(join key) | join key | row id` in the key group of
+//! the join key — the group the hash exchange routes the rows by, so a job restarted at
+//! another parallelism finds each key's rows in the subtask they now reach.
+//!
+//! Memory holds the keys in use. On a side whose rows never expire (a plain equi-join),
+//! memory is a cache over the state table: the rows of the keys of each chunk are read
+//! back from RocksDB (one prefix scan per key not in memory) before the chunk is joined,
+//! and after a barrier, when the server's state caches together pass `--state-cache-mb`,
+//! keys are evicted — all are clean then, RocksDB holds them. A side whose rows expire
+//! (interval and window joins) keeps all of its rows in memory, where its expiry index
+//! finds them; its state stays bounded by the expiry.
 
 use crate::error::{EddyError, Result};
-use crate::state::OperatorState;
 use crate::state::keys::key_group_of;
+use crate::state::{CacheBudget, OperatorState};
 use rocksdb::WriteBatch;
 use std::collections::{BTreeMap, HashMap, HashSet};
+use std::sync::Arc;
+
+/// Estimated memory of a stored row besides its id and values.
+const ENTRY_BYTES: usize = 64;
+/// Estimated memory of a join key's map entry besides the key.
+const KEY_BYTES: usize = 64;
 
 /// A stored row: its encoded values (arrow row format) and, on a side that keeps
 /// unmatched rows, how many rows of the other side it matches.
@@ -41,6 +55,20 @@ pub struct SideState {
     /// Ids of append-only rows: this prefix, then the next sequence number.
     id_salt: u64,
     next_seq: u64,
+    /// Set on a side whose keys may be evicted: where they are read back from.
+    cache: Option<SideCache>,
+    /// Estimated bytes of the keys and rows in memory.
+    resident_bytes: usize,
+}
+
+/// What a side that evicts keys needs to read them back and to share the memory budget.
+struct SideCache {
+    table: OperatorState,
+    budget: Arc<CacheBudget>,
+    /// RocksDB may hold keys that memory does not (restored or evicted ones).
+    may_hold_more: bool,
+    /// Bytes already reported to the budget.
+    reported: usize,
 }
 
 impl Default for SideState {
@@ -50,8 +78,22 @@ impl Default for SideState {
             dirty: HashSet::new(),
             id_salt: crate::stream::operators::random_salt(),
             next_seq: 0,
+            cache: None,
+            resident_bytes: 0,
         }
     }
+}
+
+impl Drop for SideState {
+    fn drop(&mut self) {
+        if let Some(cache) = &self.cache {
+            cache.budget.adjust(cache.reported, 0);
+        }
+    }
+}
+
+fn entry_bytes(id: &[u8], entry: &Entry) -> usize {
+    id.len() + entry.row.len() + ENTRY_BYTES
 }
 
 impl SideState {
@@ -71,7 +113,10 @@ impl SideState {
 
     /// A fresh row id for an append-only row of `join_key`.
     pub fn next_id(&mut self, join_key: &[u8]) -> Box<[u8]> {
-        self.keys.entry(join_key.into()).or_default();
+        if !self.keys.contains_key(join_key) {
+            self.keys.insert(join_key.into(), KeyRows::default());
+            self.resident_bytes += join_key.len() + KEY_BYTES;
+        }
         self.next_seq += 1;
         let mut id = Vec::with_capacity(16);
         id.extend_from_slice(&self.id_salt.to_be_bytes());
@@ -81,8 +126,14 @@ impl SideState {
 
     /// Stores a row (replacing one stored under the same id).
     pub fn insert(&mut self, join_key: &[u8], id: Box<[u8]>, entry: Entry) {
+        if !self.keys.contains_key(join_key) {
+            self.resident_bytes += join_key.len() + KEY_BYTES;
+        }
         let rows = self.keys.entry(join_key.into()).or_default();
-        rows.rows.insert(id.clone(), entry);
+        self.resident_bytes += entry_bytes(&id, &entry);
+        if let Some(old) = rows.rows.insert(id.clone(), entry) {
+            self.resident_bytes -= entry_bytes(&id, &old);
+        }
         self.dirty.insert((join_key.into(), id));
     }
 
@@ -90,11 +141,15 @@ impl SideState {
     pub fn remove(&mut self, join_key: &[u8], id: &[u8]) -> Option<Entry> {
         let rows = self.keys.get_mut(join_key)?;
         let entry = rows.rows.remove(id)?;
+        self.resident_bytes -= entry_bytes(id, &entry);
         self.dirty.insert((join_key.into(), id.into()));
         // A key without rows is forgotten (ids are unique across keys), so the memory of
-        // an interval or window join stays bounded as its keys expire.
-        if rows.rows.is_empty() {
+        // an interval or window join stays bounded as its keys expire. A side that reads
+        // keys back keeps it until the barrier has deleted its rows from RocksDB, so that
+        // a read before then cannot bring them back.
+        if rows.rows.is_empty() && self.cache.is_none() {
             self.keys.remove(join_key);
+            self.resident_bytes -= join_key.len() + KEY_BYTES;
         }
         Some(entry)
     }
@@ -144,28 +199,158 @@ impl SideState {
                 None => table.put_in_group(batch, group, &key, None),
             }
         }
+        // Every key is clean now: keys left without rows can go, and others may be
+        // evicted.
+        if self.cache.is_some() {
+            let mut freed = 0;
+            self.keys.retain(|join_key, rows| {
+                let keep = !rows.rows.is_empty();
+                if !keep {
+                    freed += join_key.len() + KEY_BYTES;
+                }
+                keep
+            });
+            self.resident_bytes -= freed;
+            self.evict();
+        }
     }
 
-    /// Loads the rows of the key groups this subtask owns. (New ids get a new random
+    /// Connects the side to its state table. A side that keeps all its rows in memory
+    /// (`evictable` false) loads the rows of the key groups this subtask owns; one that
+    /// evicts reads each key's rows when the key comes. (New ids get a new random
     /// prefix, so they never equal restored ones.)
-    pub fn restore(&mut self, table: &OperatorState) -> Result<()> {
+    pub fn restore(&mut self, table: &OperatorState, evictable: bool) -> Result<()> {
+        if evictable {
+            self.cache = Some(SideCache {
+                table: table.clone(),
+                budget: table.store().cache_budget().clone(),
+                may_hold_more: table.has_owned_state()?,
+                reported: 0,
+            });
+            return Ok(());
+        }
         table.scan_owned(|key, value| {
             let (join_key, id) = split_state_key(key)?;
-            if value.len() < 8 {
-                return Err(EddyError::internal("a join state row is truncated"));
-            }
-            let degree = u64::from_le_bytes(value[..8].try_into().expect("length checked"));
-            let rows = self.keys.entry(join_key.into()).or_default();
-            rows.rows.insert(
-                id.into(),
-                Entry {
-                    row: value[8..].into(),
-                    degree,
-                },
-            );
+            let entry = decode_entry(value)?;
+            self.insert_loaded(join_key, id, entry);
             Ok(())
         })
     }
+
+    /// Makes the rows of these join keys resident, reading those not in memory from
+    /// RocksDB (when it may hold keys that memory does not).
+    pub fn load(&mut self, join_keys: &[Bytes]) -> Result<()> {
+        let Some(cache) = &self.cache else {
+            return Ok(());
+        };
+        if !cache.may_hold_more {
+            return Ok(());
+        }
+        let table = cache.table.clone();
+        let mut loaded = 0;
+        let mut prefix = Vec::new();
+        for join_key in join_keys {
+            if self.keys.contains_key(join_key) {
+                continue;
+            }
+            state_key(join_key, &[], &mut prefix);
+            let mut rows: Vec<(Bytes, Entry)> = Vec::new();
+            table.scan_prefix_in_group(key_group_of(join_key), &prefix, |key, value| {
+                let (_, id) = split_state_key(key)?;
+                rows.push((id.into(), decode_entry(value)?));
+                Ok(())
+            })?;
+            // An empty key is remembered too, until the next eviction: the chunk's other
+            // rows of it need not look again.
+            self.keys.entry(join_key.clone()).or_default();
+            self.resident_bytes += join_key.len() + KEY_BYTES;
+            loaded += usize::from(!rows.is_empty());
+            for (id, entry) in rows {
+                self.insert_loaded(join_key, &id, entry);
+            }
+        }
+        if let Some(cache) = &self.cache {
+            cache.budget.record_loads(loaded);
+        }
+        self.report();
+        Ok(())
+    }
+
+    /// Adds a row read from the state table (unchanged: not dirty).
+    fn insert_loaded(&mut self, join_key: &[u8], id: &[u8], entry: Entry) {
+        if !self.keys.contains_key(join_key) {
+            self.resident_bytes += join_key.len() + KEY_BYTES;
+        }
+        self.resident_bytes += entry_bytes(id, &entry);
+        self.keys
+            .entry(join_key.into())
+            .or_default()
+            .rows
+            .insert(id.into(), entry);
+    }
+
+    /// Reports the side's memory to the budget; over it, asks for an early barrier, after
+    /// which the side's keys are clean and can be evicted.
+    pub fn report(&mut self) {
+        let Some(cache) = &mut self.cache else {
+            return;
+        };
+        cache.budget.adjust(cache.reported, self.resident_bytes);
+        cache.reported = self.resident_bytes;
+        if cache.budget.is_over() && !self.dirty.is_empty() {
+            cache.budget.want_barrier();
+        }
+    }
+
+    /// After a barrier (every key clean): when the caches together are over budget,
+    /// evicts this side's share of the excess.
+    fn evict(&mut self) {
+        let Some(cache) = &mut self.cache else {
+            return;
+        };
+        cache.budget.adjust(cache.reported, self.resident_bytes);
+        cache.reported = self.resident_bytes;
+        if !cache.budget.is_over() {
+            return;
+        }
+        let used = cache.budget.used().max(1);
+        let excess = used.saturating_sub(cache.budget.target());
+        let mut to_free = (excess as u128 * self.resident_bytes as u128 / used as u128) as usize;
+        let mut evicted = 0;
+        let mut freed = 0;
+        self.keys.retain(|join_key, rows| {
+            if to_free == 0 {
+                return true;
+            }
+            let bytes = join_key.len()
+                + KEY_BYTES
+                + rows
+                    .rows
+                    .iter()
+                    .map(|(id, e)| entry_bytes(id, e))
+                    .sum::<usize>();
+            to_free = to_free.saturating_sub(bytes);
+            freed += bytes;
+            evicted += 1;
+            false
+        });
+        self.resident_bytes -= freed;
+        cache.may_hold_more |= evicted > 0;
+        cache.budget.record_evictions(evicted);
+        cache.budget.adjust(cache.reported, self.resident_bytes);
+        cache.reported = self.resident_bytes;
+    }
+}
+
+fn decode_entry(value: &[u8]) -> Result<Entry> {
+    if value.len() < 8 {
+        return Err(EddyError::internal("a join state row is truncated"));
+    }
+    let degree = u64::from_le_bytes(value[..8].try_into().expect("length checked"));
+    Ok(Entry {
+        row: value[8..].into(),
+        degree,
+    })
 }
 
 fn state_key(join_key: &[u8], id: &[u8], out: &mut Vec<u8>) {
