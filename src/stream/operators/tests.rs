@@ -139,41 +139,53 @@ fn unnest_keys_each_element_and_turns_updates_into_deletes_and_inserts() {
     assert_eq!(h.watermark(0, w(0)).1, vec![w(0)]);
 }
 
-/// `SELECT k, count(*), sum(v) FROM t GROUP BY k` over a keyed input.
-fn count_sum() -> Harness {
-    let output = Arc::new(Schema::new(vec![
-        Field::new("k", DataType::Int64, true),
-        Field::new("count", DataType::Int64, false),
-        Field::new("sum", DataType::Int64, true),
-    ]));
+/// `SELECT k, <calls> FROM t GROUP BY k` over the `(k, v)` input, its output columns
+/// named `columns` (each a nullable or non-null bigint).
+fn group_by_k(columns: &[(&str, bool)], calls: Vec<AggCall>) -> Harness {
+    let mut fields = vec![Field::new("k", DataType::Int64, true)];
+    fields.extend(
+        columns
+            .iter()
+            .map(|(name, nullable)| Field::new(*name, DataType::Int64, *nullable)),
+    );
+    let output = Arc::new(Schema::new(fields));
     Harness::new(move || {
-        let calls = vec![
-            AggCall {
-                kind: AggKind::CountStar,
-                arg: None,
-                arg_type: DataType::Null,
-                output_type: DataType::Int64,
-                filter: None,
-                general: None,
-            },
-            AggCall {
-                kind: AggKind::Sum,
-                arg: Some(Arc::new(Column::new("v", 1))),
-                arg_type: DataType::Int64,
-                output_type: DataType::Int64,
-                filter: None,
-                general: None,
-            },
-        ];
         let agg = HashAgg::new(
             vec![Arc::new(Column::new("k", 0))],
             vec![DataType::Int64],
-            calls,
+            calls.clone(),
             output.clone(),
             vec![],
         )?;
         Ok(vec![Box::new(agg) as Box<dyn Operator>])
     })
+}
+
+/// An aggregate call of `kind` over `v`, or over no argument (`count(*)`).
+fn call_on_v(kind: AggKind, over_v: bool) -> AggCall {
+    AggCall {
+        kind,
+        arg: over_v.then(|| Arc::new(Column::new("v", 1)) as Arc<dyn PhysicalExpr>),
+        arg_type: if over_v {
+            DataType::Int64
+        } else {
+            DataType::Null
+        },
+        output_type: DataType::Int64,
+        filter: None,
+        general: None,
+    }
+}
+
+/// `SELECT k, count(*), sum(v) FROM t GROUP BY k` over a keyed input.
+fn count_sum() -> Harness {
+    group_by_k(
+        &[("count", false), ("sum", true)],
+        vec![
+            call_on_v(AggKind::CountStar, false),
+            call_on_v(AggKind::Sum, true),
+        ],
+    )
 }
 
 #[test]
@@ -334,29 +346,13 @@ mod over_window {
 
 /// `SELECT k, max(v), count(DISTINCT v) FROM t GROUP BY k` over a keyed input.
 fn max_distinct() -> Harness {
-    let output = Arc::new(Schema::new(vec![
-        Field::new("k", DataType::Int64, true),
-        Field::new("max", DataType::Int64, true),
-        Field::new("count", DataType::Int64, false),
-    ]));
-    Harness::new(move || {
-        let call = |kind| AggCall {
-            kind,
-            arg: Some(Arc::new(Column::new("v", 1))),
-            arg_type: DataType::Int64,
-            output_type: DataType::Int64,
-            filter: None,
-            general: None,
-        };
-        let agg = HashAgg::new(
-            vec![Arc::new(Column::new("k", 0))],
-            vec![DataType::Int64],
-            vec![call(AggKind::Max), call(AggKind::CountDistinct)],
-            output.clone(),
-            vec![],
-        )?;
-        Ok(vec![Box::new(agg) as Box<dyn Operator>])
-    })
+    group_by_k(
+        &[("max", true), ("count", false)],
+        vec![
+            call_on_v(AggKind::Max, true),
+            call_on_v(AggKind::CountDistinct, true),
+        ],
+    )
 }
 
 #[test]
