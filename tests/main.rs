@@ -13,6 +13,7 @@ mod durability;
 mod nexmark;
 mod protocol;
 mod psql;
+mod sinks;
 mod slt;
 mod state_cache;
 mod streaming;

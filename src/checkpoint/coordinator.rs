@@ -79,7 +79,14 @@ pub struct Coordinator {
     /// Held while local checkpoints are deleted, and by whoever reads one (failover).
     staging_lock: tokio::sync::Mutex<()>,
     uploads: Mutex<Option<UnboundedReceiver<Staged>>>,
+    /// Called, by name, with each committed epoch and the jobs its checkpoint holds (file
+    /// sinks publish the files they staged for it).
+    commit_hooks: Mutex<BTreeMap<String, CommitHook>>,
 }
+
+/// Runs once a checkpoint is committed, before `FLUSH` returns.
+pub type CommitHook =
+    Arc<dyn Fn(u64, &[String]) -> futures::future::BoxFuture<'static, ()> + Send + Sync>;
 
 /// Where local checkpoints are staged.
 /// The least time between an early barrier (asked for by a full state cache) and the
@@ -130,6 +137,7 @@ impl Coordinator {
             to_upload,
             staging_lock: tokio::sync::Mutex::new(()),
             uploads: Mutex::new(Some(uploads)),
+            commit_hooks: Mutex::new(BTreeMap::new()),
         }
     }
 
@@ -144,6 +152,15 @@ impl Coordinator {
     /// The last epoch whose checkpoint is committed (its manifest uploaded).
     pub fn committed_epoch(&self) -> u64 {
         self.committed.load(Ordering::SeqCst)
+    }
+
+    /// Calls `hook` after every committed checkpoint (replacing a hook of that name).
+    pub fn set_commit_hook(&self, name: &str, hook: CommitHook) {
+        self.commit_hooks.lock().insert(name.to_string(), hook);
+    }
+
+    pub fn remove_commit_hook(&self, name: &str) {
+        self.commit_hooks.lock().remove(name);
     }
 
     pub fn storage(&self) -> &Arc<CheckpointStorage> {
@@ -453,6 +470,11 @@ async fn upload_loop(coordinator: Weak<Coordinator>, mut uploads: UnboundedRecei
                     .committed
                     .fetch_max(staged.epoch, Ordering::SeqCst);
                 coordinator.serving.publish(staged.snapshot.clone());
+                let hooks: Vec<CommitHook> =
+                    coordinator.commit_hooks.lock().values().cloned().collect();
+                for hook in hooks {
+                    hook(staged.epoch, &staged.jobs).await;
+                }
                 coordinator.settle(staged.epoch);
                 coordinator.record(CheckpointRecord {
                     epoch: staged.epoch,

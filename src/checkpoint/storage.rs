@@ -62,33 +62,8 @@ impl CheckpointStorage {
     }
 
     fn s3(bucket: &str, prefix: &str, options: &S3Options, location: String) -> Result<Self> {
-        let mut builder =
-            object_store::aws::AmazonS3Builder::from_env().with_bucket_name(bucket.to_string());
-        let endpoint = options
-            .endpoint
-            .clone()
-            .or_else(|| std::env::var("AWS_ENDPOINT_URL").ok());
-        if let Some(endpoint) = endpoint {
-            builder = builder
-                .with_allow_http(endpoint.starts_with("http://"))
-                .with_endpoint(endpoint);
-        }
-        let region = options
-            .region
-            .clone()
-            .or_else(|| std::env::var("AWS_REGION").ok())
-            .or_else(|| std::env::var("AWS_DEFAULT_REGION").ok())
-            .unwrap_or_else(|| "us-east-1".into());
-        builder = builder.with_region(region);
-        if let Some(key) = &options.access_key_id {
-            builder = builder.with_access_key_id(key.clone());
-        }
-        if let Some(secret) = &options.secret_access_key {
-            builder = builder.with_secret_access_key(secret.clone());
-        }
-        let store = builder.build().map_err(storage_error)?;
         Ok(Self {
-            store: Arc::new(store),
+            store: crate::connectors::object_location::s3_store(bucket, options)?,
             root: ObjectPath::from(prefix),
             location,
         })

@@ -1,4 +1,4 @@
-//! Connectors: where streams come from.
+//! Connectors: where streams come from, and where sinks write to (`sink`).
 //!
 //! A source is declared with `CREATE SOURCE ... WITH (connector = '...', ...)`; its
 //! options are checked here when the source is created, so a typo is an error then and
@@ -9,7 +9,9 @@ pub mod csv_line;
 pub mod datagen;
 pub mod file;
 pub mod nexmark;
+pub mod object_location;
 pub mod processing_time;
+pub mod sink;
 
 use crate::error::{EddyError, Result, sqlstate};
 use arrow::datatypes::SchemaRef;

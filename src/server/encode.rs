@@ -154,6 +154,25 @@ pub fn encode_rows(batches: &[RecordBatch], fields: &[FieldInfo]) -> Result<Vec<
     Ok(rows)
 }
 
+/// A column as PostgreSQL's text output of each value (NULLs stay NULL): what sinks send
+/// to PostgreSQL, which reads back exactly the value, and write to CSV files.
+pub fn text_column(array: &ArrayRef) -> Result<arrow::array::StringArray> {
+    let column = normalize(array)?;
+    let nulls = column.logical_nulls();
+    let mut buf = BytesMut::with_capacity(32);
+    let mut out = arrow::array::StringBuilder::with_capacity(column.len(), column.len() * 8);
+    for row in 0..column.len() {
+        if nulls.as_ref().is_some_and(|n| n.is_null(row)) {
+            out.append_null();
+            continue;
+        }
+        buf.clear();
+        write_text(&column, row, &mut buf, false)?;
+        out.append_value(String::from_utf8_lossy(&buf));
+    }
+    Ok(out.finish())
+}
+
 /// Casts the Arrow types that have several layouts to the one the writers handle.
 fn normalize(array: &ArrayRef) -> Result<ArrayRef> {
     let target = match array.data_type() {

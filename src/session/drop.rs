@@ -24,6 +24,7 @@ fn drop_one(engine: &Engine, rel: &Relation) -> Result<()> {
     match rel.kind {
         RelationKind::MaterializedView | RelationKind::Sink => {
             engine.jobs.stop(&rel.name);
+            engine.checkpoints.remove_commit_hook(&rel.name);
             super::materialized_views::clear_job_state(engine, rel)?;
         }
         _ => {}

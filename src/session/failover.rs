@@ -6,7 +6,10 @@
 //! start afresh from the tables' rows instead, as after a server restart) and restart,
 //! with barrier rounds paused so that the whole region resumes at one epoch. Jobs outside
 //! the region keep running. A job is restarted at most [`MAX_RESTARTS`] times, waiting
-//! longer each time; then it stays `failed`, with its error in `eddy_catalog.jobs`.
+//! longer each time; then it stays `failed`, with its error in `eddy_catalog.jobs`. A sink
+//! whose target is unreachable is restarted without limit (at most every 30 s), so it
+//! resumes by itself once the target is back; meanwhile `eddy_catalog.jobs` shows its
+//! restarts and last error.
 
 use super::Engine;
 use super::materialized_views::restart_job;
@@ -19,6 +22,8 @@ use std::time::Duration;
 /// Restarts of one job before it is left failed.
 pub const MAX_RESTARTS: u64 = 3;
 const FIRST_DELAY: Duration = Duration::from_millis(500);
+/// The longest wait between two restarts of a sink.
+const MAX_DELAY: Duration = Duration::from_secs(30);
 
 /// Starts the supervisor that restarts failed jobs (on the current tokio runtime).
 pub fn start(engine: &Arc<Engine>) {
@@ -31,12 +36,21 @@ pub fn start(engine: &Arc<Engine>) {
         while let Some(name) = failures.recv().await {
             let attempt = attempts.entry(name.clone()).or_insert(0);
             *attempt += 1;
-            if *attempt > MAX_RESTARTS {
+            let attempt = *attempt;
+            let Some(is_sink) = engine.upgrade().map(|e| {
+                e.catalog
+                    .get(&name)
+                    .is_some_and(|r| r.kind == RelationKind::Sink)
+            }) else {
+                return;
+            };
+            // A sink fails when its target is down: it keeps trying until it is back.
+            if attempt > MAX_RESTARTS && !is_sink {
                 tracing::warn!(job = %name, "job failed {MAX_RESTARTS} restarts; left failed");
                 continue;
             }
-            let attempt = *attempt;
-            tokio::time::sleep(FIRST_DELAY * 2u32.pow(attempt as u32 - 1)).await;
+            let delay = FIRST_DELAY * 2u32.pow((attempt as u32 - 1).min(16));
+            tokio::time::sleep(delay.min(MAX_DELAY)).await;
             let Some(engine) = engine.upgrade() else {
                 return;
             };

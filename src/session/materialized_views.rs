@@ -284,16 +284,6 @@ pub(super) async fn restart_job(engine: &Engine, rel: &Relation, resume: bool) -
     if !resume {
         clear_job_state(engine, rel)?;
     }
-    let output = match rel.kind {
-        RelationKind::MaterializedView => {
-            let table = engine.schema_provider.state_table_for(rel)?;
-            if !resume {
-                table.truncate()?;
-            }
-            JobOutput::View(table)
-        }
-        _ => JobOutput::blackhole(&rel.options)?,
-    };
     let parallelism = rel.parallelism.unwrap_or(engine.jobs.worker_count());
     let (_, graph) = plan_graph(
         engine,
@@ -302,6 +292,16 @@ pub(super) async fn restart_job(engine: &Engine, rel: &Relation, resume: bool) -
         rel.emit_on_window_close,
     )
     .await?;
+    let output = match rel.kind {
+        RelationKind::MaterializedView => {
+            let table = engine.schema_provider.state_table_for(rel)?;
+            if !resume {
+                table.truncate()?;
+            }
+            JobOutput::View(table)
+        }
+        _ => super::sinks::job_output(engine, rel, &graph, false).await?,
+    };
     spawn_job(engine, rel, &graph, output, resume)
 }
 

@@ -1,12 +1,15 @@
-//! `CREATE SINK`, `DROP SINK`. The only connector so far is `blackhole`: the query's rows
-//! are counted (`eddy_catalog.jobs.rows_written`) and discarded, which is what
-//! benchmarks use to measure the engine alone.
+//! `CREATE SINK`, `DROP SINK`: a job whose rows go to a sink connector
+//! (`connectors::sink`) — files, PostgreSQL, or `blackhole`, which counts rows
+//! (`eddy_catalog.jobs.rows_written`) and discards them to measure the engine alone.
 
-use super::{Outcome, Session};
+use super::{Engine, Outcome, Session};
 use crate::catalog::{Relation, RelationKind};
+use crate::connectors::sink::SinkContext;
 use crate::error::{EddyError, Result, sqlstate};
 use crate::sql::CreateSink;
+use crate::stream::graph::StreamGraph;
 use crate::stream::job::JobOutput;
+use std::sync::Arc;
 
 pub(super) async fn create(session: &Session, sink: CreateSink) -> Result<Outcome> {
     let engine = &session.engine;
@@ -19,27 +22,6 @@ pub(super) async fn create(session: &Session, sink: CreateSink) -> Result<Outcom
             format!("relation \"{}\" already exists", sink.name),
         ));
     }
-    match sink
-        .options
-        .get("connector")
-        .map(|c| c.to_ascii_lowercase())
-        .as_deref()
-    {
-        Some("blackhole") => {
-            JobOutput::blackhole(&sink.options)?;
-        }
-        Some(other) => {
-            return Err(EddyError::not_supported(format!(
-                "sink connector '{other}' is not supported yet; available: blackhole"
-            )));
-        }
-        None => {
-            return Err(EddyError::new(
-                sqlstate::INVALID_PARAMETER_VALUE,
-                "a sink needs WITH (connector = 'blackhole')",
-            ));
-        }
-    }
     // The query gets the rewrites every statement gets (TUMBLE and HOP in FROM).
     let query = match engine.parse(&sink.query)?.as_slice() {
         [statement] => statement.to_string(),
@@ -48,7 +30,7 @@ pub(super) async fn create(session: &Session, sink: CreateSink) -> Result<Outcom
     let parallelism = session.streaming_parallelism()?;
     let (plan, graph) =
         super::materialized_views::plan_graph(engine, &query, parallelism, false).await?;
-    let rel = engine.catalog.create_relation(Relation {
+    let mut rel = Relation {
         id: 0,
         name: sink.name.clone(),
         kind: RelationKind::Sink,
@@ -60,10 +42,62 @@ pub(super) async fn create(session: &Session, sink: CreateSink) -> Result<Outcom
         watermark: None,
         parallelism: session.chosen_streaming_parallelism()?,
         emit_on_window_close: false,
-    })?;
-    let output = JobOutput::blackhole(&rel.options)?;
+    };
+    // Options, and the target itself, are checked before anything is created.
+    job_output(engine, &rel, &graph, true).await?;
+    rel = engine.catalog.create_relation(rel)?;
+    let output = match job_output(engine, &rel, &graph, false).await {
+        Ok(output) => output,
+        Err(e) => {
+            engine.catalog.drop_relation(&rel.name)?;
+            return Err(e);
+        }
+    };
     super::materialized_views::start_job(engine, &rel, &graph, output, false).await?;
     Ok(Outcome::Command("CREATE_SINK".into()))
+}
+
+/// Where a sink's job writes. Files a file sink staged before this start are settled
+/// first (published up to the committed epoch, the rest deleted), and published from
+/// then on as checkpoints commit. `check_target` (at `CREATE SINK`) also checks that the
+/// target is reachable and fits the sink.
+pub(super) async fn job_output(
+    engine: &Engine,
+    rel: &Relation,
+    graph: &StreamGraph,
+    check_target: bool,
+) -> Result<JobOutput> {
+    let connector = rel.options.get("connector").map(|c| c.to_ascii_lowercase());
+    if connector.as_deref() == Some("blackhole") {
+        return JobOutput::blackhole(&rel.options);
+    }
+    let context = SinkContext {
+        name: &rel.name,
+        schema: graph.schema.clone(),
+        updating: graph.keyed,
+        s3: &engine.config.s3,
+    };
+    let opened = crate::connectors::sink::open(&rel.options, &context, check_target).await?;
+    if !check_target && let Some(committer) = opened.committer {
+        committer
+            .recover(engine.checkpoints.committed_epoch())
+            .await?;
+        let name = rel.name.clone();
+        engine.checkpoints.set_commit_hook(
+            &rel.name,
+            Arc::new(move |epoch, jobs| {
+                let committer = committer.clone();
+                let holds_sink = jobs.contains(&name);
+                let name = name.clone();
+                Box::pin(async move {
+                    if holds_sink && let Err(e) = committer.publish_upto(epoch).await {
+                        tracing::warn!(sink = %name, "cannot publish the files of epoch {epoch}: {e}");
+                    }
+                })
+            }),
+        );
+    }
+    Ok(JobOutput::Sink(opened.factory))
 }
 
 pub(super) fn drop(session: &Session, names: Vec<String>, if_exists: bool) -> Result<Outcome> {

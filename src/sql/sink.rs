@@ -1,11 +1,13 @@
 //! `CREATE SINK`, in RisingWave's syntax:
 //!
 //! ```sql
-//! CREATE SINK [IF NOT EXISTS] name AS query WITH (connector = 'blackhole', ...);
-//! CREATE SINK [IF NOT EXISTS] name FROM relation WITH (connector = 'blackhole', ...);
+//! CREATE SINK [IF NOT EXISTS] name AS query WITH (connector = '...', ...)
+//!     [FORMAT PLAIN ENCODE JSON [(option = 'value', ...)]];
+//! CREATE SINK [IF NOT EXISTS] name FROM relation WITH (connector = '...', ...) [FORMAT ...];
 //! ```
 //!
-//! The options are the last top-level `WITH (...)`, so a query may use `WITH` for CTEs.
+//! The options are the last top-level `WITH (...)`, so a query may use `WITH` for CTEs;
+//! `FORMAT f ENCODE e (k = v)` lands in them as `format`, `encode` and `encode.k`.
 
 use super::source::{is_word, parse_options, significant_tokens};
 use crate::error::{EddyError, Result};
@@ -51,7 +53,15 @@ fn parse(tokens: &[Token]) -> Result<CreateSink> {
     }
     let with_at =
         with_at.ok_or_else(|| EddyError::syntax("CREATE SINK needs WITH (connector = '...')"))?;
-    let (options, end) = parse_options(tokens, with_at + 1)?;
+    let (mut options, end) = parse_options(tokens, with_at + 1)?;
+    let (format, encode_options, end) = super::source::parse_format_clause(tokens, end)?;
+    if let Some((format, encode)) = format {
+        options.insert("format".into(), format.to_ascii_lowercase());
+        options.insert("encode".into(), encode.to_ascii_lowercase());
+    }
+    for (key, value) in encode_options {
+        options.insert(format!("encode.{key}"), value);
+    }
     if let Some(extra) = tokens.get(end) {
         return Err(EddyError::syntax(format!(
             "unexpected {extra} at the end of CREATE SINK"
@@ -114,5 +124,13 @@ mod tests {
                 .is_err()
         );
         assert!(parse_create_sink("SELECT 1").is_none());
+        let s = parse_create_sink(
+            "CREATE SINK f FROM mv WITH (connector = 'file', path = '/tmp/x') FORMAT PLAIN ENCODE CSV (delimiter = ';')",
+        )
+        .unwrap()
+        .unwrap();
+        assert_eq!(s.options["format"], "plain");
+        assert_eq!(s.options["encode"], "csv");
+        assert_eq!(s.options["encode.delimiter"], ";");
     }
 }

@@ -197,7 +197,32 @@ fn parse_tokens(tokens: &[Token]) -> Result<CreateSource> {
             "CREATE SOURCE needs WITH (connector = '...', ...)",
         ));
     }
-    let (options, mut i) = parse_options(tokens, end + 2)?;
+    let (options, i) = parse_options(tokens, end + 2)?;
+    let (format, encode_options, i) = parse_format_clause(tokens, i)?;
+    if let Some(extra) = tokens.get(i) {
+        return Err(EddyError::syntax(format!(
+            "unexpected {extra} at the end of CREATE SOURCE"
+        )));
+    }
+    Ok(CreateSource {
+        name,
+        if_not_exists,
+        columns,
+        watermark,
+        options,
+        format,
+        encode_options,
+        proctime_columns,
+    })
+}
+
+/// `[FORMAT <format> ENCODE <encoding> [(options)]]` at token `i`: the format and
+/// encoding (lowercase as written), the encoding's options, and the next token's index.
+#[allow(clippy::type_complexity)]
+pub(crate) fn parse_format_clause(
+    tokens: &[Token],
+    mut i: usize,
+) -> Result<(Option<(String, String)>, BTreeMap<String, String>, usize)> {
     let mut format = None;
     let mut encode_options = BTreeMap::new();
     if is_word(tokens.get(i), "format") {
@@ -216,21 +241,7 @@ fn parse_tokens(tokens: &[Token]) -> Result<CreateSource> {
             i = next;
         }
     }
-    if let Some(extra) = tokens.get(i) {
-        return Err(EddyError::syntax(format!(
-            "unexpected {extra} at the end of CREATE SOURCE"
-        )));
-    }
-    Ok(CreateSource {
-        name,
-        if_not_exists,
-        columns,
-        watermark,
-        options,
-        format,
-        encode_options,
-        proctime_columns,
-    })
+    Ok((format, encode_options, i))
 }
 
 /// `DROP SOURCE|SINK [IF EXISTS] name [, ...]`.

@@ -85,6 +85,18 @@ pub enum FragmentInput {
 pub enum Terminal {
     Materialize,
     Blackhole,
+    /// A sink connector's writer, with the name tasks show (`FileSink`, ...).
+    Sink(&'static str),
+}
+
+impl Terminal {
+    pub fn name(&self) -> &'static str {
+        match self {
+            Terminal::Materialize => "Materialize",
+            Terminal::Blackhole => "BlackholeSink",
+            Terminal::Sink(name) => name,
+        }
+    }
 }
 
 #[derive(Clone)]
@@ -121,10 +133,7 @@ impl StreamGraph {
             lines.push(header);
             let mut chain: Vec<String> = Vec::new();
             if id == last {
-                chain.push(match terminal {
-                    Terminal::Materialize => "Materialize".into(),
-                    Terminal::Blackhole => "BlackholeSink".into(),
-                });
+                chain.push(terminal.name().into());
             }
             chain.extend(f.chain.iter().rev().map(|o| o.describe.clone()));
             // The inputs of the first operator, all at the same depth (a join has two).

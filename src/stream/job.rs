@@ -176,6 +176,8 @@ pub enum JobOutput {
     /// optionally taking at most `rows_per_second` rows per second per subtask (a slow
     /// consumer, to see backpressure).
     Blackhole { rows_per_second: f64 },
+    /// A sink connector: each subtask of the last fragment writes through its own writer.
+    Sink(Arc<dyn super::sink::SinkFactory>),
 }
 
 impl JobOutput {
@@ -183,6 +185,7 @@ impl JobOutput {
         match self {
             JobOutput::View(_) => Terminal::Materialize,
             JobOutput::Blackhole { .. } => Terminal::Blackhole,
+            JobOutput::Sink(factory) => Terminal::Sink(factory.name()),
         }
     }
 
@@ -504,6 +507,7 @@ impl JobRegistry {
                             throttle: (*rows_per_second > 0.0)
                                 .then(|| super::task::Throttle::new(*rows_per_second)),
                         },
+                        JobOutput::Sink(factory) => TaskOutput::Sink(factory.writer(subtask)?),
                     }
                 } else {
                     TaskOutput::Dispatch(dispatchers[f][subtask].take().ok_or_else(|| {
@@ -520,13 +524,7 @@ impl JobRegistry {
                 ];
                 names.extend(chain.iter().map(|o| o.name().to_string()));
                 if f == last {
-                    names.push(
-                        match terminal {
-                            Terminal::Materialize => "Materialize",
-                            Terminal::Blackhole => "BlackholeSink",
-                        }
-                        .into(),
-                    );
+                    names.push(terminal.name().into());
                 }
                 let info = Arc::new(TaskInfo {
                     job: name.to_string(),

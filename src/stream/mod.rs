@@ -14,6 +14,7 @@ pub mod job;
 pub mod message;
 pub mod operators;
 pub mod planner;
+pub mod sink;
 pub mod task;
 #[cfg(test)]
 pub mod testing;

@@ -60,6 +60,8 @@ pub enum TaskOutput {
     Blackhole {
         throttle: Option<Throttle>,
     },
+    /// A sink connector's writer.
+    Sink(Box<dyn super::sink::SinkWriter>),
 }
 
 /// Keeps a stream to a rate: how long to wait so that `rows` rows took at least
@@ -584,6 +586,12 @@ impl Task {
                     }
                 }
                 TaskOutput::Materialize { pending, .. } => pending.push(chunk),
+                TaskOutput::Sink(writer) => {
+                    let busy = Instant::now();
+                    writer.write(chunk).await?;
+                    add_time(&self.info.busy_ns, busy);
+                    job.rows_written.fetch_add(rows, Ordering::Relaxed);
+                }
                 TaskOutput::Blackhole { throttle } => {
                     job.rows_written.fetch_add(rows, Ordering::Relaxed);
                     if let Some(wait) = throttle.as_mut().and_then(|t| t.wait_for(rows)) {
@@ -644,6 +652,12 @@ impl Task {
                 true
             }
             TaskOutput::Blackhole { .. } => true,
+            TaskOutput::Sink(writer) => {
+                let busy = Instant::now();
+                writer.barrier(barrier.epoch).await?;
+                add_time(&self.info.busy_ns, busy);
+                true
+            }
         };
         if let Some(subtask) = self.terminal_subtask {
             job.ack(subtask, barrier.epoch);

@@ -197,3 +197,64 @@ impl Drop for TestServer {
         }
     }
 }
+
+/// An S3-compatible server (moto) on a free port, with bucket `eddy` created.
+pub struct S3Server {
+    child: Child,
+    pub endpoint: String,
+}
+
+impl Drop for S3Server {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+pub fn venv_bin(name: &str) -> PathBuf {
+    let bin = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join(".venv/bin")
+        .join(name);
+    assert!(
+        bin.exists(),
+        "{} is missing: run the test suite with scripts/test.sh, which installs it",
+        bin.display()
+    );
+    bin
+}
+
+pub fn start_s3() -> S3Server {
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let child = Command::new(venv_bin("moto_server"))
+        .args(["-H", "127.0.0.1", "-p", &port.to_string()])
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("start moto_server");
+    let endpoint = format!("http://127.0.0.1:{port}");
+    let server = S3Server { child, endpoint };
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while std::net::TcpStream::connect(("127.0.0.1", port)).is_err() {
+        assert!(Instant::now() < deadline, "moto_server did not start");
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    let created = Command::new(venv_bin("python"))
+        .args([
+            "-c",
+            &format!(
+                "import boto3; boto3.client('s3', endpoint_url='{}', region_name='us-east-1', \
+                 aws_access_key_id='test', aws_secret_access_key='test').create_bucket(Bucket='eddy')",
+                server.endpoint
+            ),
+        ])
+        .status()
+        .unwrap();
+    assert!(created.success(), "create the bucket");
+    server
+}
+
+pub mod postgres;

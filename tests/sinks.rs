@@ -1,0 +1,553 @@
+//! Sinks end to end: a file sink on a local directory and on an S3-compatible server
+//! (moto), and a PostgreSQL sink into a real PostgreSQL server, each read back from the
+//! target and compared with what DataFusion computes in batch over the same source rows —
+//! with the server SIGKILLed mid-stream, so that files come out exactly once and the
+//! PostgreSQL table converges to exactly the query's result.
+
+use crate::common::postgres::PostgresServer;
+use crate::common::{TestServer, start_s3};
+use crate::streaming::{assert_same, batch_query, source_options, view_rows};
+use arrow::datatypes::{DataType, Field, Schema, SchemaRef};
+use std::path::Path;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+/// 12000 rows paced at 4000 per second over two splits: a few seconds of stream to kill.
+const GEN: &str = "CREATE SOURCE gen (id BIGINT, k INT, v DOUBLE PRECISION, name VARCHAR) WITH (
+    connector = 'datagen',
+    fields.id.kind = 'sequence', fields.id.start = 1, fields.id.end = 12000,
+    fields.k.min = 1, fields.k.max = 9, fields.k.seed = 5,
+    fields.v.min = -100, fields.v.max = 100, fields.v.seed = 6,
+    fields.name.length = 3,
+    datagen.rows.per.second = 4000,
+    datagen.split.num = 2)";
+
+/// Every kind of value a sink must carry: integers, floats, a decimal with scale, NULLs,
+/// a timestamp with time zone and (appended by the sinks that carry it) an interval.
+const COLUMNS: &str = "id, k, v, CASE WHEN k = 3 THEN NULL ELSE name END AS name, \
+    CAST(v AS DECIMAL(12, 2)) AS price, \
+    TIMESTAMPTZ '2024-01-01 00:00:00+00' + CAST(id || ' seconds' AS INTERVAL) AS ts";
+
+fn gen_schema() -> SchemaRef {
+    Arc::new(Schema::new(vec![
+        Field::new("id", DataType::Int64, true),
+        Field::new("k", DataType::Int32, true),
+        Field::new("v", DataType::Float64, true),
+        Field::new("name", DataType::Utf8, true),
+    ]))
+}
+
+/// `query` (over `s`) in DataFusion, over every row `gen` makes. A bare DataFusion reads
+/// `TIMESTAMPTZ '...+00'` as a UTC timestamp without a zone: column `utc_column` gets the
+/// zone back.
+async fn batch(query: &str, utc_column: usize) -> Vec<Vec<String>> {
+    let schema = gen_schema();
+    let spec =
+        eddy::connectors::ConnectorSpec::from_options(&schema, &source_options(GEN)).unwrap();
+    let mut rows = batch_query(query, &schema, &spec).await;
+    for row in &mut rows {
+        if row[utc_column] != "NULL" {
+            row[utc_column].push('Z');
+        }
+    }
+    rows
+}
+
+/// Restarts the server `kills` times at moments spread over the stream, then waits until
+/// `job` has finished.
+async fn kill_while_running(
+    server: &mut TestServer,
+    data_dir: &Path,
+    args: &[&str],
+    kills: usize,
+    job: &str,
+) -> tokio_postgres::Client {
+    for _ in 0..kills {
+        tokio::time::sleep(Duration::from_millis(900)).await;
+        server.kill();
+        *server = TestServer::start_in_with_args(data_dir, args);
+    }
+    let client = server.connect().await;
+    wait_finished(&client, job).await;
+    client
+}
+
+async fn wait_finished(client: &tokio_postgres::Client, job: &str) {
+    let deadline = Instant::now() + Duration::from_secs(120);
+    loop {
+        let rows = view_rows(
+            client,
+            &format!("SELECT state, error FROM eddy_catalog.jobs WHERE name = '{job}'"),
+        )
+        .await;
+        assert!(
+            rows.first().is_none_or(|r| r[0] != "failed"),
+            "{job} failed: {rows:?}"
+        );
+        if rows.first().is_some_and(|r| r[0] == "finished") {
+            // Its last epoch is published once committed.
+            client.batch_execute("FLUSH").await.unwrap();
+            return;
+        }
+        assert!(Instant::now() < deadline, "{job} did not finish: {rows:?}");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+/// The rows of JSON-lines files, each value as text (NULL as `NULL`), sorted.
+fn json_rows(files: &[(String, Vec<u8>)], columns: &[&str]) -> Vec<Vec<String>> {
+    let mut rows = Vec::new();
+    for (_, bytes) in files {
+        for line in std::str::from_utf8(bytes).unwrap().lines() {
+            let value: serde_json::Value = serde_json::from_str(line).unwrap();
+            rows.push(
+                columns
+                    .iter()
+                    .map(|c| match &value[*c] {
+                        serde_json::Value::Null => "NULL".to_string(),
+                        serde_json::Value::String(s) => s.clone(),
+                        other => other.to_string(),
+                    })
+                    .collect(),
+            );
+        }
+    }
+    rows.sort();
+    rows
+}
+
+/// The files directly in a local directory (not the staging area), by name.
+fn local_files(dir: &Path) -> Vec<(String, Vec<u8>)> {
+    let mut files: Vec<(String, Vec<u8>)> = std::fs::read_dir(dir)
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .filter(|p| p.is_file())
+        .map(|p| {
+            (
+                p.file_name().unwrap().to_string_lossy().into_owned(),
+                std::fs::read(&p).unwrap(),
+            )
+        })
+        .collect();
+    files.sort();
+    files
+}
+
+/// Every row once, every value as DataFusion computes it, the interval as PostgreSQL
+/// prints it.
+async fn assert_exact_rows(what: &str, rows: Vec<Vec<String>>) {
+    let expected = batch(&format!("SELECT {COLUMNS} FROM s"), 5).await;
+    let without_interval: Vec<Vec<String>> =
+        rows.iter().map(|r| r[..r.len() - 1].to_vec()).collect();
+    let mut ids: Vec<&String> = rows.iter().map(|r| &r[0]).collect();
+    ids.dedup();
+    assert_eq!(ids.len(), rows.len(), "{what}: a row was written twice");
+    let mut sorted = without_interval;
+    sorted.sort();
+    assert_same(what, &sorted, &expected);
+    for row in &rows {
+        let minutes = row[1].parse::<u32>().unwrap() * 90;
+        let interval = format!("{:02}:{:02}:00", minutes / 60, minutes % 60);
+        assert_eq!(row[row.len() - 1], interval, "{what}: interval of {row:?}");
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn file_sink_writes_every_row_exactly_once_across_kills() {
+    let temp = tempfile::tempdir().unwrap();
+    let data_dir = temp.path().join("data");
+    let out = temp.path().join("out");
+    let args = ["--barrier-interval-ms", "200"];
+    let mut server = TestServer::start_in_with_args(&data_dir, &args);
+    let client = server.connect().await;
+    client
+        .batch_execute(&format!(
+            "SET streaming_parallelism = 2; {GEN};
+             CREATE SINK out AS SELECT {COLUMNS}, CAST((k * 90) || ' minutes' AS INTERVAL) AS iv FROM gen
+             WITH (connector = 'file', path = '{}', max_row_count = '1000') FORMAT PLAIN ENCODE JSON",
+            out.display()
+        ))
+        .await
+        .unwrap();
+    let client = kill_while_running(&mut server, &data_dir, &args, 3, "out").await;
+    let files = local_files(&out);
+    assert!(
+        files
+            .iter()
+            .all(|(name, _)| name.starts_with("out-") && name.ends_with(".json")),
+        "only published files: {:?}",
+        files.iter().map(|f| &f.0).collect::<Vec<_>>()
+    );
+    let columns = ["id", "k", "v", "name", "price", "ts", "iv"];
+    assert_exact_rows("file sink", json_rows(&files, &columns)).await;
+    // Nothing is left staged once every epoch is committed.
+    let staged = walk(&out.join("_staging"));
+    assert!(staged.is_empty(), "left staged: {staged:?}");
+    drop(client);
+}
+
+fn walk(dir: &Path) -> Vec<String> {
+    let Ok(entries) = std::fs::read_dir(dir) else {
+        return vec![];
+    };
+    entries
+        .flat_map(|e| {
+            let p = e.unwrap().path();
+            if p.is_dir() {
+                walk(&p)
+            } else {
+                vec![p.display().to_string()]
+            }
+        })
+        .collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn file_sink_writes_parquet_and_csv_that_read_back_as_the_rows() {
+    let temp = tempfile::tempdir().unwrap();
+    let server = TestServer::start_in_with_args(&temp.path().join("data"), &[]);
+    let client = server.connect().await;
+    let parquet = temp.path().join("parquet");
+    let csv = temp.path().join("csv");
+    client
+        .batch_execute(&format!(
+            "CREATE TABLE t (id INT PRIMARY KEY, price DECIMAL(10, 2), v DOUBLE PRECISION, note VARCHAR, ts TIMESTAMPTZ);
+             INSERT INTO t VALUES (1, 12.50, 0.1, 'a,\"b\"', '2024-05-06 07:08:09.5+00'), (2, NULL, NULL, NULL, NULL);
+             CREATE SINK p FROM t WITH (connector = 'file', path = '{}', force_append_only = 'true') FORMAT PLAIN ENCODE PARQUET;
+             CREATE SINK c FROM t WITH (connector = 'fs', fs.path = '{}', force_append_only = 'true') FORMAT PLAIN ENCODE CSV (delimiter = '|');
+             INSERT INTO t VALUES (3, -0.05, CAST('1e300' AS DOUBLE PRECISION), 'x', '1999-12-31 23:59:59+00');
+             DELETE FROM t WHERE id = 2;
+             FLUSH;",
+            parquet.display(),
+            csv.display()
+        ))
+        .await
+        .unwrap();
+    // Parquet keeps the types: DataFusion reads the files back as the rows inserted.
+    let ctx = datafusion::prelude::SessionContext::new();
+    ctx.register_parquet(
+        "p",
+        parquet.to_str().unwrap(),
+        datafusion::prelude::ParquetReadOptions::default(),
+    )
+    .await
+    .unwrap();
+    let read = ctx
+        .sql("SELECT id, price, v, note, ts FROM p ORDER BY id")
+        .await
+        .unwrap()
+        .collect()
+        .await
+        .unwrap();
+    assert_eq!(
+        read[0].schema().field(1).data_type(),
+        &DataType::Decimal128(10, 2)
+    );
+    let rows = crate::streaming::sorted_rows_text(&read);
+    let inserted = view_rows(
+        &client,
+        "SELECT id, price, v, note, ts FROM (VALUES (1, 12.50, CAST(0.1 AS DOUBLE PRECISION), 'a,\"b\"', TIMESTAMPTZ '2024-05-06 07:08:09.5+00'), \
+         (2, NULL, NULL, NULL, NULL), (3, -0.05, CAST('1e300' AS DOUBLE PRECISION), 'x', TIMESTAMPTZ '1999-12-31 23:59:59+00')) AS r(id, price, v, note, ts) ORDER BY id",
+    )
+    .await;
+    assert_same("parquet sink", &rows, &inserted);
+    // CSV: a header per file, PostgreSQL's text of each value, empty for NULL.
+    let mut lines: Vec<String> = local_files(&csv)
+        .iter()
+        .flat_map(|(_, b)| {
+            String::from_utf8(b.clone())
+                .unwrap()
+                .lines()
+                .map(String::from)
+                .collect::<Vec<_>>()
+        })
+        .filter(|l| !l.starts_with("id|"))
+        .collect();
+    lines.sort();
+    assert_eq!(
+        lines,
+        vec![
+            "1|12.50|0.1|\"a,\"\"b\"\"\"|2024-05-06 07:08:09.5+00",
+            "2||||",
+            "3|-0.05|1e+300|x|1999-12-31 23:59:59+00",
+        ]
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn s3_file_sink_publishes_each_epoch_once_across_a_kill() {
+    let s3 = start_s3();
+    let temp = tempfile::tempdir().unwrap();
+    let data_dir = temp.path().join("data");
+    let args = ["--barrier-interval-ms", "200"];
+    let mut server = TestServer::start_in_with_args(&data_dir, &args);
+    let client = server.connect().await;
+    client
+        .batch_execute(&format!(
+            "{GEN};
+             CREATE SINK out AS SELECT {COLUMNS}, CAST((k * 90) || ' minutes' AS INTERVAL) AS iv FROM gen
+             WITH (connector = 's3', s3.bucket_name = 'eddy', s3.path = 'sink/out/',
+                   s3.region_name = 'us-east-1', s3.endpoint_url = '{}',
+                   s3.credentials.access = 'test', s3.credentials.secret = 'test')
+             FORMAT PLAIN ENCODE JSON",
+            s3.endpoint
+        ))
+        .await
+        .unwrap();
+    let client = kill_while_running(&mut server, &data_dir, &args, 1, "out").await;
+    let store = object_store::aws::AmazonS3Builder::new()
+        .with_bucket_name("eddy")
+        .with_endpoint(&s3.endpoint)
+        .with_allow_http(true)
+        .with_region("us-east-1")
+        .with_access_key_id("test")
+        .with_secret_access_key("test")
+        .build()
+        .unwrap();
+    use futures::TryStreamExt;
+    use object_store::{ObjectStore, ObjectStoreExt};
+    let listed: Vec<object_store::ObjectMeta> = store
+        .list(Some(&object_store::path::Path::from("sink/out")))
+        .try_collect()
+        .await
+        .unwrap();
+    let mut files = Vec::new();
+    for object in &listed {
+        let name = object.location.to_string();
+        assert!(
+            !name.contains("_staging"),
+            "a staged file is left after the last commit: {name}"
+        );
+        let bytes = store
+            .get(&object.location)
+            .await
+            .unwrap()
+            .bytes()
+            .await
+            .unwrap();
+        files.push((name, bytes.to_vec()));
+    }
+    let columns = ["id", "k", "v", "name", "price", "ts", "iv"];
+    assert_exact_rows("s3 file sink", json_rows(&files, &columns)).await;
+    drop(client);
+}
+
+const TOTALS_TARGET: &str =
+    "CREATE TABLE totals (k INT PRIMARY KEY, n BIGINT, total NUMERIC(20, 2),
+    max_v DOUBLE PRECISION, last_ts TIMESTAMPTZ, first_name VARCHAR, span INTERVAL)";
+const TOTALS: &str =
+    "SELECT k, count(*) AS n, sum(CAST(v AS DECIMAL(12, 2))) AS total, max(v) AS max_v,
+    max(TIMESTAMPTZ '2024-01-01 00:00:00+00' + CAST(id || ' seconds' AS INTERVAL)) AS last_ts,
+    min(CASE WHEN id % 5 = 0 THEN NULL ELSE name END) AS first_name";
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn postgres_sink_converges_to_the_aggregate_across_kills() {
+    let pg = PostgresServer::start();
+    let target = pg.connect().await;
+    target.batch_execute(TOTALS_TARGET).await.unwrap();
+    let temp = tempfile::tempdir().unwrap();
+    let data_dir = temp.path().join("data");
+    let args = ["--barrier-interval-ms", "200"];
+    let mut server = TestServer::start_in_with_args(&data_dir, &args);
+    let client = server.connect().await;
+    client
+        .batch_execute(&format!(
+            "SET streaming_parallelism = 2; {GEN};
+             CREATE SINK totals AS {TOTALS}, max(CAST(k || ' hours' AS INTERVAL)) AS span FROM gen GROUP BY k
+             WITH ({}, primary_key = 'k')",
+            pg.sink_options("totals")
+        ))
+        .await
+        .unwrap();
+    let client = kill_while_running(&mut server, &data_dir, &args, 3, "totals").await;
+    let written = view_rows(
+        &target,
+        "SELECT k, n, total, max_v, last_ts, first_name FROM totals ORDER BY k",
+    )
+    .await;
+    let expected = batch(&format!("{TOTALS} FROM s GROUP BY k"), 4).await;
+    assert_same("postgres sink", &written, &expected);
+    let spans = view_rows(&target, "SELECT k, span FROM totals ORDER BY k").await;
+    for row in spans {
+        assert_eq!(
+            row[1],
+            format!("{:02}:00:00", row[0].parse::<u32>().unwrap())
+        );
+    }
+    drop(client);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn postgres_sink_applies_updates_and_deletes() {
+    let pg = PostgresServer::start();
+    let target = pg.connect().await;
+    target
+        .batch_execute(
+            "CREATE TABLE mirror (id INT PRIMARY KEY, price NUMERIC(10, 2), note VARCHAR, ts TIMESTAMPTZ, extra INT DEFAULT 7);
+             CREATE TABLE counts (g INT, n BIGINT, PRIMARY KEY (g));
+             CREATE TABLE log (id INT, note VARCHAR)",
+        )
+        .await
+        .unwrap();
+    let temp = tempfile::tempdir().unwrap();
+    let server = TestServer::start_in_with_args(&temp.path().join("data"), &[]);
+    let client = server.connect().await;
+    client
+        .batch_execute(&format!(
+            "CREATE TABLE t (id INT PRIMARY KEY, price DECIMAL(10, 2), note VARCHAR, ts TIMESTAMPTZ);
+             INSERT INTO t VALUES (1, 1.50, 'one', '2024-01-01 00:00:00+00'), (2, 2.25, 'two', NULL), (3, NULL, NULL, NULL);
+             CREATE SINK mirror FROM t WITH ({}, primary_key = 'id');
+             CREATE SINK counts AS SELECT id % 2 AS g, count(*) AS n FROM t GROUP BY id % 2 WITH ({}, type = 'upsert', primary_key = 'g');
+             CREATE SINK log AS SELECT id, note FROM t WITH ({}, type = 'append-only', force_append_only = 'true');
+             UPDATE t SET price = 9.99, note = 'it''s' WHERE id = 1;
+             DELETE FROM t WHERE id = 2;
+             INSERT INTO t VALUES (4, 4.00, 'four', '2030-06-01 12:00:00.123456+00');
+             DELETE FROM t WHERE id = 3;
+             FLUSH;",
+            pg.sink_options("mirror"),
+            pg.sink_options("counts"),
+            pg.sink_options("log"),
+        ))
+        .await
+        .unwrap();
+    assert_eq!(
+        view_rows(
+            &target,
+            "SELECT id, price, note, ts, extra FROM mirror ORDER BY id"
+        )
+        .await,
+        vec![
+            vec!["1", "9.99", "it's", "2024-01-01 00:00:00+00", "7"],
+            vec!["4", "4.00", "four", "2030-06-01 12:00:00.123456+00", "7"],
+        ]
+    );
+    assert_eq!(
+        view_rows(
+            &target,
+            "SELECT id, price, note, ts FROM mirror ORDER BY id"
+        )
+        .await,
+        view_rows(&client, "SELECT id, price, note, ts FROM t ORDER BY id").await,
+        "the mirror equals the table"
+    );
+    // Group 0 went from 1 row to 2 (id 2 deleted, 4 inserted); group 1 from 2 to 1.
+    assert_eq!(
+        view_rows(&target, "SELECT g, n FROM counts ORDER BY g").await,
+        vec![vec!["0", "1"], vec!["1", "1"]]
+    );
+    // Append-only keeps every inserted row (the new halves of updates included).
+    let log = view_rows(&target, "SELECT id, note FROM log ORDER BY id, note").await;
+    assert_eq!(
+        log,
+        vec![
+            vec!["1", "it's"],
+            vec!["1", "one"],
+            vec!["2", "two"],
+            vec!["3", "NULL"],
+            vec!["4", "four"],
+        ]
+    );
+    // The target is checked when the sink is created.
+    let keyed = "SELECT id, note FROM t";
+    let grouped = "SELECT id % 2 AS g, count(*) AS n FROM t GROUP BY id % 2";
+    for (query, options, error) in [
+        (
+            keyed,
+            format!("{}, primary_key = 'id'", pg.sink_options("missing")),
+            "does not exist",
+        ),
+        (
+            keyed,
+            format!("{}, primary_key = 'id'", pg.sink_options("log")),
+            "no primary key or unique index on (id)",
+        ),
+        (
+            grouped,
+            format!("{}, primary_key = 'g'", pg.sink_options("mirror")),
+            "column \"g\" is not in table public.mirror",
+        ),
+        (keyed, pg.sink_options("log"), "force_append_only"),
+    ] {
+        let e = client
+            .batch_execute(&format!("CREATE SINK bad AS {query} WITH ({options})"))
+            .await
+            .unwrap_err();
+        let message = e.as_db_error().unwrap().message().to_string();
+        assert!(message.contains(error), "{message}");
+    }
+    assert!(
+        view_rows(&client, "SELECT name FROM eddy_catalog.jobs")
+            .await
+            .iter()
+            .all(|r| r[0] != "bad")
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn postgres_sink_catches_up_after_the_database_was_down() {
+    let mut pg = PostgresServer::start();
+    let target = pg.connect().await;
+    target
+        .batch_execute("CREATE TABLE mirror (id INT PRIMARY KEY, note VARCHAR)")
+        .await
+        .unwrap();
+    drop(target);
+    let temp = tempfile::tempdir().unwrap();
+    let server = TestServer::start_in_with_args(&temp.path().join("data"), &[]);
+    let client = server.connect().await;
+    client
+        .batch_execute(&format!(
+            "CREATE TABLE t (id INT PRIMARY KEY, note VARCHAR);
+             INSERT INTO t VALUES (1, 'before');
+             CREATE SINK mirror FROM t WITH ({}, primary_key = 'id');
+             CREATE MATERIALIZED VIEW n AS SELECT count(*) AS n FROM t;
+             FLUSH;",
+            pg.sink_options("mirror")
+        ))
+        .await
+        .unwrap();
+    pg.stop();
+    client
+        .batch_execute(
+            "INSERT INTO t VALUES (2, 'while down'), (3, 'gone'); DELETE FROM t WHERE id = 3; \
+             UPDATE t SET note = 'changed' WHERE id = 1; FLUSH;",
+        )
+        .await
+        .unwrap();
+    // The sink shows why it cannot write; the other job goes on.
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        let shown = view_rows(
+            &client,
+            "SELECT coalesce(error, last_failure, '') FROM eddy_catalog.jobs WHERE name = 'mirror'",
+        )
+        .await;
+        if shown
+            .first()
+            .is_some_and(|r| r[0].contains("cannot reach PostgreSQL"))
+        {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "the sink's error is not shown: {shown:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    assert_eq!(view_rows(&client, "SELECT n FROM n").await, vec![vec!["2"]]);
+    pg.start_again();
+    let target = pg.connect().await;
+    let expected = view_rows(&client, "SELECT id, note FROM t ORDER BY id").await;
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        let mirrored = view_rows(&target, "SELECT id, note FROM mirror ORDER BY id").await;
+        if mirrored == expected {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "the sink did not catch up: {mirrored:?} vs {expected:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+}
