@@ -10,6 +10,7 @@ mod clients;
 mod common;
 mod dataflow;
 mod durability;
+mod kafka;
 mod nexmark;
 mod protocol;
 mod psql;

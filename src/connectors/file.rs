@@ -6,11 +6,9 @@
 //! not fit the declared schema (wrong number of fields, a value of the wrong type, invalid
 //! JSON) is skipped and counted (`eddy_catalog.jobs.malformed_rows`), never a crash.
 
-use super::csv_line;
 use crate::error::{EddyError, Result, sqlstate};
-use arrow::array::{Array, ArrayRef, BooleanArray, RecordBatch, StringArray};
-use arrow::compute::{CastOptions, cast_with_options, filter_record_batch};
-use arrow::datatypes::{DataType, SchemaRef};
+use arrow::array::RecordBatch;
+use arrow::datatypes::SchemaRef;
 use std::collections::BTreeMap;
 use std::path::PathBuf;
 
@@ -152,68 +150,24 @@ impl FileSplit {
         let end = (start + max_rows).min(lines.len());
         let chunk = &lines[start..end];
         self.offset = end as u64;
-        let width = self.spec.schema.fields().len();
-        // Every line as text fields; a line that cannot be split is malformed.
-        let mut fields: Vec<Option<Vec<Option<String>>>> = Vec::with_capacity(chunk.len());
-        for line in chunk {
-            let parsed = if self.spec.json {
-                json_fields(line, &self.spec.schema)
-            } else {
-                csv_line::split(line, self.spec.delimiter, '"', '"', "")
-                    .ok()
-                    .filter(|f| f.len() == width)
-            };
-            fields.push(parsed);
-        }
-        // Cast column by column; a value that does not cast makes its line malformed.
-        let mut ok: Vec<bool> = fields.iter().map(Option::is_some).collect();
-        let mut columns: Vec<ArrayRef> = Vec::with_capacity(width);
-        for (c, field) in self.spec.schema.fields().iter().enumerate() {
-            let text: StringArray = fields
-                .iter()
-                .map(|f| f.as_ref().and_then(|f| f[c].clone()))
-                .collect();
-            let cast = cast_with_options(
-                &text,
-                field.data_type(),
-                &CastOptions {
-                    safe: true,
-                    ..Default::default()
-                },
-            )?;
-            for (row, keep) in ok.iter_mut().enumerate() {
-                if *keep
-                    && text.is_valid(row)
-                    && cast.is_null(row)
-                    && field.data_type() != &DataType::Utf8
-                {
-                    *keep = false;
-                }
-            }
-            columns.push(cast);
-        }
-        let keep = BooleanArray::from(ok.clone());
-        self.malformed += ok.iter().filter(|k| !**k).count() as u64;
-        let batch = RecordBatch::try_new(self.spec.schema.clone(), columns)?;
-        Ok(Some(filter_record_batch(&batch, &keep)?))
+        let (batch, malformed) = super::records::decode(
+            chunk.iter().map(String::as_str),
+            &self.spec.schema,
+            &self.spec.format(),
+        )?;
+        self.malformed += malformed;
+        Ok(Some(batch))
     }
 }
 
-/// A JSON object's fields as text, by column name; `None` when the line is not an object.
-fn json_fields(line: &str, schema: &SchemaRef) -> Option<Vec<Option<String>>> {
-    let serde_json::Value::Object(map) = serde_json::from_str::<serde_json::Value>(line).ok()?
-    else {
-        return None;
-    };
-    Some(
-        schema
-            .fields()
-            .iter()
-            .map(|f| match map.get(f.name()) {
-                None | Some(serde_json::Value::Null) => None,
-                Some(serde_json::Value::String(s)) => Some(s.clone()),
-                Some(other) => Some(other.to_string()),
-            })
-            .collect(),
-    )
+impl FileSpec {
+    fn format(&self) -> super::records::RecordFormat {
+        if self.json {
+            super::records::RecordFormat::Json
+        } else {
+            super::records::RecordFormat::Csv {
+                delimiter: self.delimiter,
+            }
+        }
+    }
 }

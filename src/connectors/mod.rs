@@ -8,9 +8,11 @@
 pub mod csv_line;
 pub mod datagen;
 pub mod file;
+pub mod kafka;
 pub mod nexmark;
 pub mod object_location;
 pub mod processing_time;
+pub mod records;
 pub mod sink;
 
 use crate::error::{EddyError, Result, sqlstate};
@@ -23,6 +25,7 @@ pub enum ConnectorSpec {
     Datagen(datagen::DatagenSpec),
     Nexmark(nexmark::NexmarkSpec),
     File(file::FileSpec),
+    Kafka(kafka::KafkaSpec),
     /// Another connector, with `PROCTIME()` columns filled in.
     WithProcessingTime(processing_time::ProcessingTimeSpec),
 }
@@ -48,6 +51,18 @@ impl SplitReader for file::FileSplit {
     }
     fn malformed(&self) -> u64 {
         file::FileSplit::malformed(self)
+    }
+}
+
+impl SplitReader for kafka::KafkaSplit {
+    fn next_batch(&mut self, max_rows: usize) -> Result<Option<arrow::array::RecordBatch>> {
+        kafka::KafkaSplit::next_batch(self, max_rows)
+    }
+    fn offset(&self) -> u64 {
+        kafka::KafkaSplit::offset(self)
+    }
+    fn malformed(&self) -> u64 {
+        kafka::KafkaSplit::malformed(self)
     }
 }
 
@@ -101,7 +116,7 @@ impl ConnectorSpec {
         let connector = options.get("connector").ok_or_else(|| {
             EddyError::new(
                 sqlstate::INVALID_PARAMETER_VALUE,
-                "a source needs WITH (connector = '...'); available: datagen, nexmark, file",
+                "a source needs WITH (connector = '...'); available: datagen, nexmark, file, kafka",
             )
         })?;
         match connector.to_ascii_lowercase().as_str() {
@@ -114,9 +129,12 @@ impl ConnectorSpec {
             "file" => Ok(ConnectorSpec::File(file::FileSpec::from_options(
                 schema, options,
             )?)),
+            "kafka" => Ok(ConnectorSpec::Kafka(kafka::KafkaSpec::from_options(
+                schema, options,
+            )?)),
             other => Err(EddyError::new(
                 sqlstate::INVALID_PARAMETER_VALUE,
-                format!("unknown connector '{other}'; available: datagen, nexmark, file"),
+                format!("unknown connector '{other}'; available: datagen, nexmark, file, kafka"),
             )),
         }
     }
@@ -127,6 +145,7 @@ impl ConnectorSpec {
             ConnectorSpec::Datagen(_) => "datagen",
             ConnectorSpec::Nexmark(_) => "nexmark",
             ConnectorSpec::File(_) => "file",
+            ConnectorSpec::Kafka(_) => "kafka",
             ConnectorSpec::WithProcessingTime(s) => s.inner.name(),
         }
     }
@@ -138,6 +157,7 @@ impl ConnectorSpec {
             ConnectorSpec::Datagen(s) => s.splits as usize,
             ConnectorSpec::Nexmark(s) => s.splits as usize,
             ConnectorSpec::File(s) => s.files.len(),
+            ConnectorSpec::Kafka(s) => s.partitions as usize,
             ConnectorSpec::WithProcessingTime(s) => s.inner.split_count(),
         }
     }
@@ -149,6 +169,7 @@ impl ConnectorSpec {
             ConnectorSpec::Datagen(s) => Box::new(s.split_reader(split as u32, offset)),
             ConnectorSpec::Nexmark(s) => Box::new(s.split_reader(split as u32, offset)),
             ConnectorSpec::File(s) => Box::new(s.split_reader(split as u32, offset)),
+            ConnectorSpec::Kafka(s) => Box::new(s.split_reader(split as u32, offset)),
             ConnectorSpec::WithProcessingTime(s) => Box::new(s.split_reader(split, offset)),
         }
     }
@@ -158,7 +179,7 @@ impl ConnectorSpec {
         match self {
             ConnectorSpec::Datagen(s) => s.rows_per_second,
             ConnectorSpec::Nexmark(s) => s.rows_per_second(),
-            ConnectorSpec::File(_) => 0,
+            ConnectorSpec::File(_) | ConnectorSpec::Kafka(_) => 0,
             ConnectorSpec::WithProcessingTime(s) => s.inner.rows_per_second(),
         }
     }

@@ -188,8 +188,13 @@ pub(super) async fn create(
     let table = engine.schema_provider.state_table_for(&rel)?;
     start_job(engine, &rel, &graph, JobOutput::View(table), false).await?;
     // A query that cannot run over the rows its tables already hold is refused, as
-    // RisingWave refuses it, instead of leaving a view whose job keeps failing.
-    if let Some(failure) = job_failure(engine, &rel.name) {
+    // RisingWave refuses it, instead of leaving a view whose job keeps failing. (A job
+    // over sources only has no existing rows: its failures are the failover's.)
+    let reads_existing_rows = graph
+        .fragments
+        .iter()
+        .any(|f| matches!(f.input, FragmentInput::Changes { .. }));
+    if reads_existing_rows && let Some(failure) = job_failure(engine, &rel.name) {
         super::drop::drop_relation(engine, &rel, false)?;
         return Err(EddyError::new(
             sqlstate::DATA_EXCEPTION,

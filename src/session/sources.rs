@@ -71,9 +71,9 @@ pub(super) fn create_source(session: &Session, create: CreateSource) -> Result<O
                 "FORMAT {format} is not supported; use FORMAT PLAIN"
             )));
         }
-        if !matches!(encode.as_str(), "json" | "csv") {
+        if !matches!(encode.as_str(), "json" | "csv" | "bytes") {
             return Err(EddyError::not_supported(format!(
-                "ENCODE {encode} is not supported; use JSON or CSV"
+                "ENCODE {encode} is not supported; use JSON, CSV or BYTES"
             )));
         }
         rel.options.insert("format".into(), format.clone());
@@ -83,7 +83,14 @@ pub(super) fn create_source(session: &Session, create: CreateSource) -> Result<O
         }
     }
     // Validate the connector options against the schema now, not when a job starts.
-    ConnectorSpec::from_options(&rel.arrow_schema(), &rel.options)?;
+    let spec = ConnectorSpec::from_options(&rel.arrow_schema(), &rel.options)?;
+    if let ConnectorSpec::Kafka(kafka) = &spec {
+        // Jobs can then start while the broker is unreachable.
+        rel.options.insert(
+            crate::connectors::kafka::PARTITIONS_OPTION.into(),
+            kafka.partitions.to_string(),
+        );
+    }
     rel.definition = source_definition(&create);
     catalog.create_relation(rel)?;
     Ok(Outcome::Command("CREATE SOURCE".into()))

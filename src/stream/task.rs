@@ -22,6 +22,8 @@ const SOURCE_BATCH_ROWS: usize = 1024;
 /// How often a source held off by full state caches looks again (eviction elsewhere may
 /// have made room before the next barrier).
 const FULL_CACHE_RECHECK: Duration = Duration::from_millis(20);
+/// How long a source whose splits all had nothing new waits before polling again.
+const IDLE_SOURCE_WAIT: Duration = Duration::from_millis(10);
 
 pub enum TaskInput {
     /// Reads connector splits; barriers arrive on their own channel.
@@ -300,6 +302,7 @@ impl Task {
         let mut malformed_reported = 0u64;
         let mut malformed_ended = 0u64;
         let mut next = 0usize;
+        let mut idle_splits = 0usize;
         let cache_budget = self
             .positions
             .as_ref()
@@ -348,6 +351,28 @@ impl Task {
             job.malformed_rows
                 .fetch_add(malformed - malformed_reported, Ordering::Relaxed);
             malformed_reported = malformed;
+            if batch.num_rows() == 0 {
+                // Nothing new in this split (a topic with no new messages): once every
+                // split had nothing, wait a moment instead of spinning.
+                idle_splits += 1;
+                if idle_splits >= readers.len() {
+                    idle_splits = 0;
+                    let idle = Instant::now();
+                    tokio::select! {
+                        _ = tokio::time::sleep(IDLE_SOURCE_WAIT) => {}
+                        _ = stopped(&mut stop) => return Ok(()),
+                        Some(barrier) = barriers.recv() => {
+                            self.stage_positions(job, readers, watermark)?;
+                            if !self.barrier(job, barrier).await? {
+                                return Ok(());
+                            }
+                        }
+                    }
+                    add_time(&self.info.idle_ns, idle);
+                }
+                continue;
+            }
+            idle_splits = 0;
             let rows = batch.num_rows() as u64;
             read += rows;
             job.rows_read.fetch_add(rows, Ordering::Relaxed);

@@ -257,4 +257,5 @@ pub fn start_s3() -> S3Server {
     server
 }
 
+pub mod kafka;
 pub mod postgres;

@@ -7,12 +7,15 @@
 //! - [`file`]: files on a local path or S3, one per epoch and subtask, published only
 //!   once the epoch's checkpoint is committed (exactly once);
 //! - [`postgres`]: upserts and deletes into a PostgreSQL table, one transaction per
-//!   epoch (at least once, converging to the query's result).
+//!   epoch (at least once, converging to the query's result);
+//! - [`kafka`]: JSON messages, plain, upsert (tombstones) or Debezium envelopes (at least
+//!   once: every epoch's messages acknowledged before its barrier passes).
 //!
 //! (`blackhole`, which only counts rows, is the runtime's own.)
 
 pub mod encode;
 pub mod file;
+pub mod kafka;
 pub mod postgres;
 
 use crate::config::S3Options;
@@ -43,7 +46,7 @@ pub struct OpenedSink {
     pub committer: Option<Arc<file::FileCommitter>>,
 }
 
-pub const CONNECTORS: &str = "blackhole, file, s3, postgres";
+pub const CONNECTORS: &str = "blackhole, file, s3, postgres, kafka";
 
 pub fn invalid(message: impl Into<String>) -> EddyError {
     EddyError::new(sqlstate::INVALID_PARAMETER_VALUE, message)
@@ -72,6 +75,16 @@ pub async fn open(
             Ok(OpenedSink {
                 factory: Arc::new(spec),
                 committer: Some(committer),
+            })
+        }
+        "kafka" => {
+            let spec = kafka::KafkaSinkSpec::from_options(options, context)?;
+            if check_target {
+                spec.check_target()?;
+            }
+            Ok(OpenedSink {
+                factory: Arc::new(spec),
+                committer: None,
             })
         }
         "postgres" => {

@@ -1,0 +1,380 @@
+//! The `kafka` source: a topic's messages, one split per partition.
+//!
+//! ```sql
+//! CREATE SOURCE s (...) WITH (connector = 'kafka', topic = 'events',
+//!     properties.bootstrap.server = 'host:9092',
+//!     scan.startup.mode = 'earliest' | 'latest' | 'timestamp',
+//!     scan.startup.timestamp.millis = '...')
+//! FORMAT PLAIN ENCODE JSON | CSV [(delimiter = ',')] | BYTES;
+//! ```
+//!
+//! Each message's value is one record (`ENCODE BYTES`: the value as the source's single
+//! `BYTEA` column); a value that does not decode is skipped and counted as malformed. A
+//! split's position is the next offset to read (stored as offset + 1, 0 meaning "not
+//! started"): it goes into every checkpoint and the split resumes from it, so views over
+//! the topic count every message once across crashes. A `latest` or `timestamp` start is
+//! resolved to an offset when the split is first opened, so a checkpoint taken before any
+//! message arrived still resumes where the job started. The partition count is read when
+//! the source is created and when its jobs start.
+
+use super::records::{self, RecordFormat};
+use crate::error::{EddyError, Result, sqlstate};
+use arrow::array::{BinaryArray, RecordBatch};
+use arrow::datatypes::{DataType, SchemaRef};
+use rdkafka::config::ClientConfig;
+use rdkafka::consumer::{BaseConsumer, Consumer};
+use rdkafka::{Message, Offset, TopicPartitionList};
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+/// How long metadata and offset lookups may take.
+const LOOKUP_TIMEOUT: Duration = Duration::from_secs(10);
+/// The option where the partition count seen at `CREATE SOURCE` is kept, so jobs can
+/// start while the broker is unreachable.
+pub const PARTITIONS_OPTION: &str = "kafka.partitions";
+
+#[derive(Debug, Clone, PartialEq)]
+pub enum StartupMode {
+    Earliest,
+    Latest,
+    /// The first message at or after this time (milliseconds since the epoch).
+    Timestamp(i64),
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub enum PayloadFormat {
+    Records(RecordFormat),
+    /// The raw value, as the one `BYTEA` column.
+    Bytes,
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub struct KafkaSpec {
+    pub schema: SchemaRef,
+    pub topic: String,
+    pub brokers: String,
+    pub startup: StartupMode,
+    pub payload: PayloadFormat,
+    pub partitions: u32,
+    /// Other `properties.*` options, passed to the Kafka client as they are.
+    pub properties: Vec<(String, String)>,
+}
+
+fn invalid(message: impl Into<String>) -> EddyError {
+    EddyError::new(sqlstate::INVALID_PARAMETER_VALUE, message)
+}
+
+impl KafkaSpec {
+    pub fn from_options(schema: &SchemaRef, options: &BTreeMap<String, String>) -> Result<Self> {
+        for key in options.keys() {
+            let known = matches!(
+                key.as_str(),
+                "connector"
+                    | "topic"
+                    | "scan.startup.mode"
+                    | "scan.startup.timestamp.millis"
+                    | "format"
+                    | "encode"
+                    | "encode.delimiter"
+                    | PARTITIONS_OPTION
+            ) || key.starts_with("properties.");
+            if !known {
+                return Err(invalid(format!(
+                    "unknown option '{key}' for connector kafka"
+                )));
+            }
+        }
+        let required = |key: &str| {
+            options
+                .get(key)
+                .filter(|v| !v.trim().is_empty())
+                .cloned()
+                .ok_or_else(|| invalid(format!("a kafka source needs option {key}")))
+        };
+        let topic = required("topic")?;
+        let brokers = match options.get("properties.bootstrap.servers") {
+            Some(b) => b.clone(),
+            None => required("properties.bootstrap.server")?,
+        };
+        let startup = match options
+            .get("scan.startup.mode")
+            .map(|m| m.to_ascii_lowercase())
+            .as_deref()
+        {
+            None | Some("earliest") => StartupMode::Earliest,
+            Some("latest") => StartupMode::Latest,
+            Some("timestamp") => {
+                let millis = required("scan.startup.timestamp.millis")?;
+                StartupMode::Timestamp(super::parse_option(
+                    "scan.startup.timestamp.millis",
+                    &millis,
+                )?)
+            }
+            Some(other) => {
+                return Err(invalid(format!(
+                    "invalid scan.startup.mode '{other}': expected earliest, latest or timestamp"
+                )));
+            }
+        };
+        if let Some(format) = options.get("format")
+            && !format.eq_ignore_ascii_case("plain")
+        {
+            return Err(EddyError::not_supported(format!(
+                "FORMAT {} is not supported for kafka sources yet; use FORMAT PLAIN",
+                format.to_ascii_uppercase()
+            )));
+        }
+        let payload = match options
+            .get("encode")
+            .map(|e| e.to_ascii_lowercase())
+            .as_deref()
+        {
+            Some("json") => PayloadFormat::Records(RecordFormat::Json),
+            Some("csv") => PayloadFormat::Records(RecordFormat::Csv {
+                delimiter: match options.get("encode.delimiter") {
+                    Some(d) if d.chars().count() == 1 => d.chars().next().expect("one char"),
+                    Some(d) => {
+                        return Err(invalid(format!(
+                            "delimiter must be one character, not '{d}'"
+                        )));
+                    }
+                    None => ',',
+                },
+            }),
+            Some("bytes") => {
+                let one_bytea = schema.fields().len() == 1
+                    && matches!(schema.field(0).data_type(), DataType::Binary);
+                if !one_bytea {
+                    return Err(invalid(
+                        "ENCODE BYTES needs exactly one column, of type BYTEA",
+                    ));
+                }
+                PayloadFormat::Bytes
+            }
+            Some(other) => {
+                return Err(EddyError::not_supported(format!(
+                    "ENCODE {} is not supported for kafka sources yet; use JSON, CSV or BYTES",
+                    other.to_ascii_uppercase()
+                )));
+            }
+            None => {
+                return Err(invalid(
+                    "a kafka source needs FORMAT PLAIN ENCODE JSON | CSV | BYTES",
+                ));
+            }
+        };
+        let properties: Vec<(String, String)> = options
+            .iter()
+            .filter_map(|(k, v)| Some((k.strip_prefix("properties.")?.to_string(), v.clone())))
+            .filter(|(k, _)| k != "bootstrap.server" && k != "bootstrap.servers")
+            .collect();
+        let mut spec = Self {
+            schema: schema.clone(),
+            topic,
+            brokers,
+            startup,
+            payload,
+            partitions: 0,
+            properties,
+        };
+        let seen: Option<u32> = options.get(PARTITIONS_OPTION).and_then(|p| p.parse().ok());
+        spec.partitions = match (spec.partition_count(), seen) {
+            (Ok(now), seen) => now.max(seen.unwrap_or(0)),
+            (Err(e), None) => return Err(e),
+            (Err(e), Some(seen)) => {
+                tracing::warn!(topic = %spec.topic, "{e}; using the {seen} partitions seen before");
+                seen
+            }
+        };
+        Ok(spec)
+    }
+
+    fn client_config(&self) -> ClientConfig {
+        let mut config = ClientConfig::new();
+        config
+            .set("bootstrap.servers", &self.brokers)
+            .set("group.id", format!("eddy-{}", self.topic))
+            .set("enable.auto.commit", "false")
+            .set("enable.partition.eof", "false");
+        for (k, v) in &self.properties {
+            config.set(k, v);
+        }
+        config
+    }
+
+    fn consumer(&self) -> Result<BaseConsumer> {
+        self.client_config().create().map_err(|e| {
+            invalid(format!(
+                "cannot create a Kafka client for '{}': {e}",
+                self.brokers
+            ))
+        })
+    }
+
+    /// The topic's partition count, from the broker.
+    fn partition_count(&self) -> Result<u32> {
+        let consumer = self.consumer()?;
+        let metadata = consumer
+            .fetch_metadata(Some(&self.topic), LOOKUP_TIMEOUT)
+            .map_err(|e| {
+                EddyError::new(
+                    sqlstate::IO_ERROR,
+                    format!(
+                        "cannot read topic '{}' from Kafka at {}: {e}",
+                        self.topic, self.brokers
+                    ),
+                )
+            })?;
+        let partitions = metadata
+            .topics()
+            .iter()
+            .find(|t| t.name() == self.topic)
+            .filter(|t| t.error().is_none())
+            .map(|t| t.partitions().len() as u32)
+            .unwrap_or(0);
+        if partitions == 0 {
+            return Err(EddyError::new(
+                sqlstate::UNDEFINED_OBJECT,
+                format!("topic '{}' does not exist at {}", self.topic, self.brokers),
+            ));
+        }
+        Ok(partitions)
+    }
+
+    /// A reader of partition `split`, from `position` (0: where the startup mode says;
+    /// otherwise the next offset + 1, as recorded by a checkpoint). It connects when
+    /// first read, so a broker that is down fails the job (which restarts), not its start.
+    pub fn split_reader(&self, split: u32, position: u64) -> KafkaSplit {
+        KafkaSplit {
+            spec: self.clone(),
+            partition: split as i32,
+            position,
+            consumer: None,
+            next: None,
+            malformed: 0,
+        }
+    }
+
+    /// A consumer of `partition` positioned at `position` (see [`KafkaSpec::split_reader`]);
+    /// the offset it starts at, when known.
+    fn open(&self, partition: i32, position: u64) -> Result<(BaseConsumer, Option<i64>)> {
+        let consumer = self.consumer()?;
+        let lookup_failed = |e: rdkafka::error::KafkaError| {
+            EddyError::new(
+                sqlstate::IO_ERROR,
+                format!(
+                    "cannot find where to start reading {}/{partition}: {e}",
+                    self.topic
+                ),
+            )
+        };
+        let start = if position > 0 {
+            Offset::Offset(position as i64 - 1)
+        } else {
+            match self.startup {
+                StartupMode::Earliest => Offset::Beginning,
+                StartupMode::Latest => {
+                    let (_, high) = consumer
+                        .fetch_watermarks(&self.topic, partition, LOOKUP_TIMEOUT)
+                        .map_err(lookup_failed)?;
+                    Offset::Offset(high)
+                }
+                StartupMode::Timestamp(millis) => {
+                    let mut wanted = TopicPartitionList::new();
+                    wanted
+                        .add_partition_offset(&self.topic, partition, Offset::Offset(millis))
+                        .map_err(lookup_failed)?;
+                    let found = consumer
+                        .offsets_for_times(wanted, LOOKUP_TIMEOUT)
+                        .map_err(lookup_failed)?;
+                    found
+                        .find_partition(&self.topic, partition)
+                        .map(|p| p.offset())
+                        .unwrap_or(Offset::End)
+                }
+            }
+        };
+        let mut assignment = TopicPartitionList::new();
+        assignment
+            .add_partition_offset(&self.topic, partition, start)
+            .map_err(lookup_failed)?;
+        consumer.assign(&assignment).map_err(lookup_failed)?;
+        let next = match start {
+            Offset::Offset(o) => Some(o),
+            _ => None,
+        };
+        Ok((consumer, next))
+    }
+}
+
+/// One partition being read.
+pub struct KafkaSplit {
+    spec: KafkaSpec,
+    partition: i32,
+    /// Where the split started (see [`KafkaSpec::split_reader`]).
+    position: u64,
+    consumer: Option<BaseConsumer>,
+    /// The next offset to read, once known.
+    next: Option<i64>,
+    malformed: u64,
+}
+
+impl KafkaSplit {
+    /// The messages available now, at most `max_rows` (an empty batch when there are
+    /// none: a topic never ends).
+    pub fn next_batch(&mut self, max_rows: usize) -> Result<Option<RecordBatch>> {
+        if self.consumer.is_none() {
+            let (consumer, next) = self.spec.open(self.partition, self.position)?;
+            self.consumer = Some(consumer);
+            self.next = next;
+        }
+        let consumer = self.consumer.as_ref().expect("opened above");
+        let mut values: Vec<Option<Vec<u8>>> = Vec::new();
+        while values.len() < max_rows {
+            match consumer.poll(Duration::ZERO) {
+                None => break,
+                Some(Ok(message)) => {
+                    self.next = Some(message.offset() + 1);
+                    values.push(message.payload().map(<[u8]>::to_vec));
+                }
+                Some(Err(e)) => {
+                    // The client reconnects by itself; the error is only worth a log line.
+                    tracing::warn!(topic = %self.spec.topic, "kafka: {e}");
+                    break;
+                }
+            }
+        }
+        let batch = match self.spec.payload {
+            PayloadFormat::Bytes => RecordBatch::try_new(
+                self.spec.schema.clone(),
+                vec![std::sync::Arc::new(BinaryArray::from_iter(
+                    values.iter().map(|v| v.as_deref()),
+                ))],
+            )?,
+            PayloadFormat::Records(format) => {
+                // A message without a value (a tombstone) or not UTF-8 is malformed.
+                let texts: Vec<&str> = values
+                    .iter()
+                    .map(|v| {
+                        v.as_deref()
+                            .and_then(|b| std::str::from_utf8(b).ok())
+                            .unwrap_or("\u{0}")
+                    })
+                    .collect();
+                let (batch, malformed) =
+                    records::decode(texts.into_iter(), &self.spec.schema, &format)?;
+                self.malformed += malformed;
+                batch
+            }
+        };
+        Ok(Some(batch))
+    }
+
+    pub fn offset(&self) -> u64 {
+        self.next.map(|o| o as u64 + 1).unwrap_or(self.position)
+    }
+
+    pub fn malformed(&self) -> u64 {
+        self.malformed
+    }
+}

@@ -1,0 +1,87 @@
+//! Decodes text records — lines of a file, payloads of Kafka messages — into an Arrow
+//! batch of a source's schema: JSON objects (fields by column name) or CSV lines. Each
+//! column is cast as a whole; a record that cannot be split, or has a value that does not
+//! cast to its column's type, is dropped and counted as malformed, never an error.
+
+use super::csv_line;
+use crate::error::Result;
+use arrow::array::{Array, ArrayRef, BooleanArray, RecordBatch, StringArray};
+use arrow::compute::{CastOptions, cast_with_options, filter_record_batch};
+use arrow::datatypes::{DataType, SchemaRef};
+
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub enum RecordFormat {
+    Json,
+    Csv { delimiter: char },
+}
+
+/// The records that decode, as a batch, and how many did not.
+pub fn decode<'a>(
+    records: impl Iterator<Item = &'a str>,
+    schema: &SchemaRef,
+    format: &RecordFormat,
+) -> Result<(RecordBatch, u64)> {
+    let width = schema.fields().len();
+    // Every record as text fields; one that cannot be split is malformed.
+    let fields: Vec<Option<Vec<Option<String>>>> = records
+        .map(|record| match format {
+            RecordFormat::Json => json_fields(record, schema),
+            RecordFormat::Csv { delimiter } => csv_line::split(record, *delimiter, '"', '"', "")
+                .ok()
+                .filter(|f| f.len() == width),
+        })
+        .collect();
+    // Cast column by column; a value that does not cast makes its record malformed.
+    let mut ok: Vec<bool> = fields.iter().map(Option::is_some).collect();
+    let mut columns: Vec<ArrayRef> = Vec::with_capacity(width);
+    for (c, field) in schema.fields().iter().enumerate() {
+        let text: StringArray = fields
+            .iter()
+            .map(|f| f.as_ref().and_then(|f| f[c].clone()))
+            .collect();
+        let cast = cast_with_options(
+            &text,
+            field.data_type(),
+            &CastOptions {
+                safe: true,
+                ..Default::default()
+            },
+        )?;
+        for (row, keep) in ok.iter_mut().enumerate() {
+            if *keep
+                && text.is_valid(row)
+                && cast.is_null(row)
+                && field.data_type() != &DataType::Utf8
+            {
+                *keep = false;
+            }
+        }
+        columns.push(cast);
+    }
+    let malformed = ok.iter().filter(|k| !**k).count() as u64;
+    let batch = RecordBatch::try_new(schema.clone(), columns)?;
+    Ok((
+        filter_record_batch(&batch, &BooleanArray::from(ok))?,
+        malformed,
+    ))
+}
+
+/// A JSON object's fields as text, by column name; `None` when the record is not an
+/// object.
+fn json_fields(record: &str, schema: &SchemaRef) -> Option<Vec<Option<String>>> {
+    let serde_json::Value::Object(map) = serde_json::from_str::<serde_json::Value>(record).ok()?
+    else {
+        return None;
+    };
+    Some(
+        schema
+            .fields()
+            .iter()
+            .map(|f| match map.get(f.name()) {
+                None | Some(serde_json::Value::Null) => None,
+                Some(serde_json::Value::String(s)) => Some(s.clone()),
+                Some(other) => Some(other.to_string()),
+            })
+            .collect(),
+    )
+}

@@ -1,0 +1,404 @@
+//! The Kafka sink: `connector = 'kafka'`, `topic`, `properties.bootstrap.server`, and
+//!
+//! - `FORMAT PLAIN ENCODE JSON`: each inserted row a message whose value is the row as a
+//!   JSON object (append-only queries, or `force_append_only`);
+//! - `FORMAT UPSERT ENCODE JSON` with `primary_key`: the key is the key columns as a JSON
+//!   object, the value the row, or no value (a tombstone) when the key's row is deleted;
+//! - `FORMAT DEBEZIUM ENCODE JSON` with `primary_key`: Debezium's change envelope,
+//!   `{"before": ..., "after": ..., "op": "c" | "u" | "d", "ts_ms": ...}`.
+//!
+//! Values are encoded as the JSON file sink writes them (numbers and booleans as JSON
+//! values, decimals, timestamps and intervals as PostgreSQL's text). Plain messages are
+//! sent as chunks arrive; upsert and Debezium changes are reduced per key over the epoch
+//! (one message per changed key: a delete and an insert of the same key are one update)
+//! and sent at the barrier. Delivery is at least once: the barrier waits until the
+//! broker has acknowledged every message, so an epoch's checkpoint is only taken once its messages are
+//! in the topic; after a crash the epochs since the last checkpoint are sent again.
+
+use super::encode::{FileEncoder, FileEncoding};
+use super::{SinkContext, SinkMode, check_known, inserted_rows, invalid, primary_key};
+use crate::error::{EddyError, Result, sqlstate};
+use crate::stream::sink::{SinkFactory, SinkWriter};
+use crate::stream::{Op, StreamChunk};
+use arrow::array::RecordBatch;
+use arrow::datatypes::SchemaRef;
+use rdkafka::config::ClientConfig;
+use rdkafka::producer::{BaseProducer, BaseRecord, Producer};
+
+type Client = BaseProducer<DeliveryReport>;
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+/// How long a barrier waits for the broker to acknowledge the epoch's messages.
+const FLUSH_TIMEOUT: Duration = Duration::from_secs(30);
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Envelope {
+    Plain,
+    Upsert,
+    Debezium,
+}
+
+pub struct KafkaSinkSpec {
+    sink: String,
+    topic: String,
+    config: ClientConfig,
+    brokers: String,
+    envelope: Envelope,
+    schema: SchemaRef,
+    key: Vec<usize>,
+}
+
+impl KafkaSinkSpec {
+    pub fn from_options(
+        options: &BTreeMap<String, String>,
+        context: &SinkContext<'_>,
+    ) -> Result<Self> {
+        let mut plain_options = options.clone();
+        plain_options.retain(|k, _| !k.starts_with("properties.") && !k.starts_with("encode."));
+        check_known("kafka", &plain_options, &["topic"])?;
+        let required = |key: &str| {
+            options
+                .get(key)
+                .filter(|v| !v.trim().is_empty())
+                .cloned()
+                .ok_or_else(|| invalid(format!("sink connector kafka needs option {key}")))
+        };
+        let topic = required("topic")?;
+        let brokers = match options.get("properties.bootstrap.servers") {
+            Some(b) => b.clone(),
+            None => required("properties.bootstrap.server")?,
+        };
+        let envelope = match options
+            .get("format")
+            .map(|f| f.to_ascii_lowercase())
+            .as_deref()
+        {
+            Some("plain") => Envelope::Plain,
+            Some("upsert") => Envelope::Upsert,
+            Some("debezium") => Envelope::Debezium,
+            Some(other) => {
+                return Err(invalid(format!(
+                    "a kafka sink writes FORMAT PLAIN, UPSERT or DEBEZIUM, not {}",
+                    other.to_ascii_uppercase()
+                )));
+            }
+            None => {
+                return Err(invalid(
+                    "a kafka sink needs FORMAT PLAIN | UPSERT | DEBEZIUM ENCODE JSON",
+                ));
+            }
+        };
+        match options
+            .get("encode")
+            .map(|e| e.to_ascii_lowercase())
+            .as_deref()
+        {
+            Some("json") => {}
+            Some(other) => {
+                return Err(EddyError::not_supported(format!(
+                    "ENCODE {} is not supported for kafka sinks yet; use ENCODE JSON",
+                    other.to_ascii_uppercase()
+                )));
+            }
+            None => return Err(invalid("a kafka sink needs ENCODE JSON")),
+        }
+        if let Some(key) = options.keys().find(|k| k.starts_with("encode.")) {
+            return Err(invalid(format!(
+                "unknown option '{}' for ENCODE JSON",
+                key.trim_start_matches("encode.")
+            )));
+        }
+        let key = primary_key(options, context)?;
+        match envelope {
+            Envelope::Plain => {
+                SinkMode::from_options(options, context, SinkMode::AppendOnly, false)?;
+            }
+            Envelope::Upsert | Envelope::Debezium => {
+                if key.is_empty() {
+                    return Err(invalid(format!(
+                        "FORMAT {} needs primary_key = '<columns>'",
+                        if envelope == Envelope::Upsert {
+                            "UPSERT"
+                        } else {
+                            "DEBEZIUM"
+                        }
+                    )));
+                }
+            }
+        }
+        let mut config = ClientConfig::new();
+        config
+            .set("bootstrap.servers", &brokers)
+            .set("message.timeout.ms", "30000");
+        for (k, v) in options {
+            if let Some(property) = k.strip_prefix("properties.")
+                && property != "bootstrap.server"
+                && property != "bootstrap.servers"
+            {
+                config.set(property, v);
+            }
+        }
+        Ok(Self {
+            sink: context.name.to_string(),
+            topic,
+            config,
+            brokers,
+            envelope,
+            schema: context.schema.clone(),
+            key,
+        })
+    }
+
+    fn producer(&self) -> Result<Client> {
+        self.config
+            .create_with_context(DeliveryReport::default())
+            .map_err(|e| {
+                invalid(format!(
+                    "sink \"{}\": cannot create a Kafka client for '{}': {e}",
+                    self.sink, self.brokers
+                ))
+            })
+    }
+
+    /// Checks that the broker answers and the topic exists (at `CREATE SINK`).
+    pub fn check_target(&self) -> Result<()> {
+        let producer = self.producer()?;
+        let metadata = producer
+            .client()
+            .fetch_metadata(Some(&self.topic), Duration::from_secs(10))
+            .map_err(|e| {
+                EddyError::new(
+                    sqlstate::IO_ERROR,
+                    format!(
+                        "sink \"{}\": cannot reach Kafka at {}: {e}",
+                        self.sink, self.brokers
+                    ),
+                )
+            })?;
+        let exists = metadata
+            .topics()
+            .iter()
+            .any(|t| t.name() == self.topic && t.error().is_none() && !t.partitions().is_empty());
+        if !exists {
+            return Err(EddyError::new(
+                sqlstate::UNDEFINED_OBJECT,
+                format!(
+                    "sink \"{}\": topic '{}' does not exist at {}",
+                    self.sink, self.topic, self.brokers
+                ),
+            ));
+        }
+        Ok(())
+    }
+}
+
+impl SinkFactory for KafkaSinkSpec {
+    fn name(&self) -> &'static str {
+        "KafkaSink"
+    }
+
+    fn writer(&self, _subtask: usize) -> Result<Box<dyn SinkWriter>> {
+        Ok(Box::new(KafkaSinkWriter {
+            sink: self.sink.clone(),
+            topic: self.topic.clone(),
+            producer: self.producer()?,
+            envelope: self.envelope,
+            schema: self.schema.clone(),
+            key: self.key.clone(),
+            changes: KeyedChanges::default(),
+        }))
+    }
+}
+
+struct KafkaSinkWriter {
+    sink: String,
+    topic: String,
+    producer: Client,
+    envelope: Envelope,
+    schema: SchemaRef,
+    key: Vec<usize>,
+    /// Upsert and Debezium: the epoch's changes per key, in the order keys were first
+    /// changed.
+    changes: KeyedChanges,
+}
+
+/// An epoch's changes reduced per key: the row before the epoch (if the key's first
+/// change removed one) and the row after it (if its last change inserted one).
+#[derive(Default)]
+struct KeyedChanges {
+    order: Vec<String>,
+    by_key: std::collections::HashMap<String, (Option<String>, Option<String>)>,
+}
+
+impl KeyedChanges {
+    fn apply(&mut self, key: &str, op: Op, row: &str) {
+        let entry = match self.by_key.get_mut(key) {
+            Some(entry) => entry,
+            None => {
+                self.order.push(key.to_string());
+                let before = (!op.is_insert()).then(|| row.to_string());
+                self.by_key.entry(key.to_string()).or_insert((before, None))
+            }
+        };
+        entry.1 = op.is_insert().then(|| row.to_string());
+    }
+
+    /// Each changed key with its rows before and after the epoch (keys inserted and
+    /// deleted again within it are left out).
+    fn take(&mut self) -> Vec<(String, Option<String>, Option<String>)> {
+        let mut by_key = std::mem::take(&mut self.by_key);
+        std::mem::take(&mut self.order)
+            .into_iter()
+            .filter_map(|key| {
+                let (before, after) = by_key.remove(&key)?;
+                (before.is_some() || after.is_some()).then_some((key, before, after))
+            })
+            .collect()
+    }
+}
+
+/// Each row of a batch as a JSON object.
+fn json_rows(batch: &RecordBatch, schema: &SchemaRef) -> Result<Vec<String>> {
+    let mut encoder = FileEncoder::new(&FileEncoding::JsonLines, schema)?;
+    encoder.write(batch)?;
+    let bytes = encoder.finish()?;
+    let text = String::from_utf8(bytes).map_err(|e| EddyError::internal(e.to_string()))?;
+    Ok(text.lines().map(str::to_string).collect())
+}
+
+impl KafkaSinkWriter {
+    /// Queues one message; when the client's queue is full, waits for deliveries to make
+    /// room (without blocking the worker thread).
+    async fn send(&self, key: Option<&str>, value: Option<&str>) -> Result<()> {
+        let mut record: BaseRecord<'_, str, str> = BaseRecord::to(&self.topic);
+        if let Some(key) = key {
+            record = record.key(key);
+        }
+        if let Some(value) = value {
+            record = record.payload(value);
+        }
+        loop {
+            match self.producer.send(record) {
+                Ok(()) => return Ok(()),
+                Err((
+                    rdkafka::error::KafkaError::MessageProduction(
+                        rdkafka::types::RDKafkaErrorCode::QueueFull,
+                    ),
+                    returned,
+                )) => {
+                    self.producer.poll(Duration::ZERO);
+                    tokio::time::sleep(Duration::from_millis(1)).await;
+                    record = returned;
+                }
+                Err((e, _)) => {
+                    return Err(EddyError::new(
+                        sqlstate::IO_ERROR,
+                        format!("sink \"{}\": cannot send to Kafka: {e}", self.sink),
+                    ));
+                }
+            }
+        }
+    }
+}
+
+/// Counts the messages the broker did not take (the client reports each delivery).
+#[derive(Default)]
+pub struct DeliveryReport {
+    failed: std::sync::atomic::AtomicU64,
+    last_error: parking_lot::Mutex<Option<String>>,
+}
+
+impl rdkafka::ClientContext for DeliveryReport {}
+
+impl rdkafka::producer::ProducerContext for DeliveryReport {
+    type DeliveryOpaque = ();
+
+    fn delivery(&self, result: &rdkafka::message::DeliveryResult<'_>, _: ()) {
+        if let Err((e, _)) = result {
+            self.failed
+                .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+            *self.last_error.lock() = Some(e.to_string());
+        }
+    }
+}
+
+#[async_trait::async_trait]
+impl SinkWriter for KafkaSinkWriter {
+    async fn write(&mut self, chunk: StreamChunk) -> Result<()> {
+        match self.envelope {
+            Envelope::Plain => {
+                for value in json_rows(&inserted_rows(&chunk)?, &self.schema)? {
+                    self.send(None, Some(&value)).await?;
+                }
+            }
+            Envelope::Upsert | Envelope::Debezium => {
+                let rows = json_rows(&chunk.batch, &self.schema)?;
+                let key_schema = std::sync::Arc::new(self.schema.project(&self.key)?);
+                let keys = json_rows(&chunk.batch.project(&self.key)?, &key_schema)?;
+                for ((key, row), op) in keys.iter().zip(&rows).zip(&chunk.ops) {
+                    self.changes.apply(key, *op, row);
+                }
+            }
+        }
+        self.producer.poll(Duration::ZERO);
+        Ok(())
+    }
+
+    async fn barrier(&mut self, _epoch: u64) -> Result<()> {
+        let now = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map(|d| d.as_millis())
+            .unwrap_or(0);
+        for (key, before, after) in self.changes.take() {
+            match self.envelope {
+                // The key's row after the epoch, or a tombstone.
+                Envelope::Upsert => self.send(Some(&key), after.as_deref()).await?,
+                Envelope::Debezium => {
+                    let code = match (&before, &after) {
+                        (None, _) => "c",
+                        (Some(_), Some(_)) => "u",
+                        (Some(_), None) => "d",
+                    };
+                    let envelope = format!(
+                        "{{\"before\":{},\"after\":{},\"op\":\"{code}\",\"ts_ms\":{now}}}",
+                        before.as_deref().unwrap_or("null"),
+                        after.as_deref().unwrap_or("null"),
+                    );
+                    self.send(Some(&key), Some(&envelope)).await?;
+                }
+                Envelope::Plain => {}
+            }
+        }
+        // Every message of the epoch acknowledged (or failed) before the barrier passes.
+        let deadline = std::time::Instant::now() + FLUSH_TIMEOUT;
+        while self.producer.in_flight_count() > 0 {
+            self.producer.poll(Duration::ZERO);
+            if std::time::Instant::now() > deadline {
+                return Err(EddyError::new(
+                    sqlstate::IO_ERROR,
+                    format!(
+                        "sink \"{}\": Kafka did not acknowledge {} messages within {} s",
+                        self.sink,
+                        self.producer.in_flight_count(),
+                        FLUSH_TIMEOUT.as_secs()
+                    ),
+                ));
+            }
+            tokio::time::sleep(Duration::from_millis(1)).await;
+        }
+        let report = self.producer.context();
+        let failed = report.failed.swap(0, std::sync::atomic::Ordering::Relaxed);
+        if failed > 0 {
+            return Err(EddyError::new(
+                sqlstate::IO_ERROR,
+                format!(
+                    "sink \"{}\": Kafka refused {failed} messages: {}",
+                    self.sink,
+                    report.last_error.lock().clone().unwrap_or_default()
+                ),
+            ));
+        }
+        Ok(())
+    }
+}
