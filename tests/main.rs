@@ -5,6 +5,7 @@
 
 mod auth;
 mod bounded_state;
+mod cdc;
 mod checkpoints;
 mod clients;
 mod common;

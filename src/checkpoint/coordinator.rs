@@ -70,6 +70,8 @@ pub struct Coordinator {
     /// barrier is injected only once the previous epoch's checkpoint is taken.
     last_epoch: tokio::sync::Mutex<u64>,
     committed: AtomicU64,
+    /// The last epoch injected (its round may still be running).
+    injected: AtomicU64,
     /// The newest epoch whose checkpoint was committed or given up on.
     settled: AtomicU64,
     settled_notify: tokio::sync::Notify,
@@ -130,6 +132,7 @@ impl Coordinator {
             interval_ms: AtomicU64::new(config.barrier_interval_ms.max(1)),
             last_epoch: tokio::sync::Mutex::new(committed),
             committed: AtomicU64::new(committed),
+            injected: AtomicU64::new(committed),
             settled: AtomicU64::new(committed),
             settled_notify: tokio::sync::Notify::new(),
             serving,
@@ -147,6 +150,12 @@ impl Coordinator {
 
     pub fn set_barrier_interval_ms(&self, ms: u64) {
         self.interval_ms.store(ms.max(1), Ordering::Relaxed);
+    }
+
+    /// The last epoch injected: a write made before this is read is in the checkpoint of
+    /// every later epoch.
+    pub fn injected_epoch(&self) -> u64 {
+        self.injected.load(Ordering::SeqCst)
     }
 
     /// The last epoch whose checkpoint is committed (its manifest uploaded).
@@ -198,6 +207,7 @@ impl Coordinator {
         let mut last = self.last_epoch.lock().await;
         let epoch = *last + 1;
         *last = epoch;
+        self.injected.store(epoch, Ordering::SeqCst);
         let started = SystemTime::now();
         let clock = Instant::now();
         let jobs = self.jobs.inject_and_wait(epoch).await;

@@ -11,6 +11,8 @@ pub mod file;
 pub mod kafka;
 pub mod nexmark;
 pub mod object_location;
+pub mod pgoutput;
+pub mod postgres_cdc;
 pub mod processing_time;
 pub mod records;
 pub mod sink;
@@ -132,6 +134,9 @@ impl ConnectorSpec {
             "kafka" => Ok(ConnectorSpec::Kafka(kafka::KafkaSpec::from_options(
                 schema, options,
             )?)),
+            "postgres-cdc" => Err(EddyError::not_supported(
+                "a postgres-cdc source is read through a table: CREATE TABLE t (...) FROM source TABLE 'schema.table'",
+            )),
             other => Err(EddyError::new(
                 sqlstate::INVALID_PARAMETER_VALUE,
                 format!("unknown connector '{other}'; available: datagen, nexmark, file, kafka"),

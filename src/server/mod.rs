@@ -75,6 +75,8 @@ pub async fn run(config: Config) -> anyhow::Result<()> {
     crate::session::materialized_views::restart_all(&engine)
         .await
         .map_err(|e| anyhow::anyhow!("cannot restart materialized views: {e}"))?;
+    crate::session::cdc::start_all(&engine)
+        .map_err(|e| anyhow::anyhow!("cannot start change data capture: {e}"))?;
     let listener = TcpListener::bind(config.listen)
         .await
         .map_err(|e| anyhow::anyhow!("cannot listen on {}: {e}", config.listen))?;

@@ -374,7 +374,7 @@ impl CopyIn {
 }
 
 /// Casts text values to a column type the way PostgreSQL's input functions read them.
-fn text_to_column(text: &StringArray, target: &DataType) -> Result<ArrayRef> {
+pub(super) fn text_to_column(text: &StringArray, target: &DataType) -> Result<ArrayRef> {
     if matches!(target, DataType::Binary) {
         let bytes: arrow::array::BinaryArray = text
             .iter()

@@ -148,10 +148,67 @@ pub(super) async fn create_table(
             rel.options
                 .insert("on_conflict".into(), policy.option_value().into());
         }
+        let connector_options = connector_options(session, &extras)?;
         rel.definition = extras.original;
+        if !connector_options.is_empty() {
+            if rel.options.contains_key("append_only") || rel.options.contains_key("on_conflict") {
+                return Err(EddyError::not_supported(
+                    "a postgres-cdc table takes no APPEND ONLY or ON CONFLICT",
+                ));
+            }
+            crate::connectors::postgres_cdc::CdcSpec::from_options(&connector_options, &rel.name)?;
+            rel.options.extend(connector_options);
+        }
     }
-    session.engine.catalog.create_relation(rel)?;
+    let rel = session.engine.catalog.create_relation(rel)?;
+    if super::cdc::is_cdc_table(&rel)
+        && let Err(e) = super::cdc::create(&session.engine, &rel).await
+    {
+        super::drop::drop_relation(&session.engine, &rel, false)?;
+        return Err(e);
+    }
     Ok(Outcome::command("CREATE TABLE"))
+}
+
+/// The connector options of a table: its own `WITH (connector = 'postgres-cdc', ...)`, or
+/// a shared CDC source's with the table `FROM source TABLE 'schema.table'` names.
+fn connector_options(
+    session: &Session,
+    extras: &crate::sql::table_extras::CreateTableExtras,
+) -> Result<std::collections::BTreeMap<String, String>> {
+    let mut options = extras.options.clone();
+    if let Some((source, upstream)) = &extras.from_source {
+        let shared = session
+            .engine
+            .catalog
+            .get(source)
+            .filter(|r| r.kind == RelationKind::Source)
+            .ok_or_else(|| {
+                EddyError::new(
+                    sqlstate::UNDEFINED_OBJECT,
+                    format!("source \"{source}\" does not exist"),
+                )
+            })?;
+        if !super::cdc::has_cdc_connector(&shared) {
+            return Err(EddyError::new(
+                sqlstate::WRONG_OBJECT_TYPE,
+                format!("source \"{source}\" is not a postgres-cdc source"),
+            ));
+        }
+        options = shared.options.clone();
+        let (schema, table) = upstream
+            .split_once('.')
+            .unwrap_or(("public", upstream.as_str()));
+        options.insert("schema.name".into(), schema.to_string());
+        options.insert("table.name".into(), table.to_string());
+    }
+    match options.get("connector").map(|c| c.to_ascii_lowercase()) {
+        None => Ok(Default::default()),
+        Some(c) if c == "postgres-cdc" => Ok(options),
+        Some(other) => Err(EddyError::not_supported(format!(
+            "tables fed by connector '{other}' are not supported; use CREATE SOURCE (tables take connector 'postgres-cdc')"
+        ))),
+    }
 }
 
 /// The columns of a view (plain or materialized) from its names and the query's fields:

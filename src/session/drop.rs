@@ -29,6 +29,9 @@ fn drop_one(engine: &Engine, rel: &Relation) -> Result<()> {
         }
         _ => {}
     }
+    if super::cdc::is_cdc_table(rel) {
+        super::cdc::drop(engine, rel)?;
+    }
     if matches!(
         rel.kind,
         RelationKind::Table | RelationKind::MaterializedView

@@ -7,6 +7,7 @@
 //! [`Session::execute_prepared`] (extended protocol), and turns [`Outcome`]s back into
 //! wire messages.
 
+pub mod cdc;
 mod client_queries;
 mod column_names;
 mod copy;
@@ -101,6 +102,8 @@ pub struct Engine {
     pub checkpoints: Arc<crate::checkpoint::Coordinator>,
     /// The checkpoint restored at start, if any: its jobs resume from it.
     pub restored: Option<crate::checkpoint::manifest::Manifest>,
+    /// Tables fed by PostgreSQL change data capture, and their tasks.
+    pub cdc: cdc::CdcTables,
     pub(crate) ctx: SessionContext,
     parser: PostgresCompatibilityParser,
 }
@@ -209,6 +212,7 @@ impl Engine {
             jobs,
             checkpoints,
             restored,
+            cdc: Default::default(),
             ctx,
             parser: PostgresCompatibilityParser::new(),
         });

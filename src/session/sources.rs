@@ -83,6 +83,13 @@ pub(super) fn create_source(session: &Session, create: CreateSource) -> Result<O
         }
     }
     // Validate the connector options against the schema now, not when a job starts.
+    if super::cdc::has_cdc_connector(&rel) {
+        // A shared CDC source: checked here, read by the tables made FROM it.
+        crate::connectors::postgres_cdc::check_source_options(&rel.options)?;
+        rel.definition = source_definition(&create);
+        catalog.create_relation(rel)?;
+        return Ok(Outcome::Command("CREATE SOURCE".into()));
+    }
     let spec = ConnectorSpec::from_options(&rel.arrow_schema(), &rel.options)?;
     if let ConnectorSpec::Kafka(kafka) = &spec {
         // Jobs can then start while the broker is unreachable.

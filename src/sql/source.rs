@@ -94,6 +94,25 @@ pub fn parse_create_source(sql: &str) -> Option<Result<CreateSource>> {
 fn parse_tokens(tokens: &[Token]) -> Result<CreateSource> {
     let (if_not_exists, name, i) = create_header(tokens)?;
 
+    // A shared CDC source names no columns: its tables do.
+    if is_word(tokens.get(i), "with") && tokens.get(i + 1) == Some(&Token::LParen) {
+        let (options, end) = parse_options(tokens, i + 1)?;
+        let cdc = options
+            .get("connector")
+            .is_some_and(|c| c.eq_ignore_ascii_case("postgres-cdc"));
+        if cdc && end == tokens.len() {
+            return Ok(CreateSource {
+                name,
+                if_not_exists,
+                columns: vec![],
+                watermark: None,
+                options,
+                format: None,
+                encode_options: BTreeMap::new(),
+                proctime_columns: vec![],
+            });
+        }
+    }
     // The parenthesised column list, split at top-level commas.
     if tokens.get(i) != Some(&Token::LParen) {
         return Err(EddyError::syntax(

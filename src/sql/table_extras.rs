@@ -19,6 +19,11 @@ pub struct CreateTableExtras {
     pub on_conflict: Option<crate::state::OnConflict>,
     /// The statement as written (for `SHOW CREATE TABLE`).
     pub original: String,
+    /// `WITH (...)` after the columns (RisingWave's dotted keys, which sqlparser does not
+    /// read): a table fed by a connector (`connector = 'postgres-cdc'`).
+    pub options: std::collections::BTreeMap<String, String>,
+    /// `FROM source TABLE 'schema.table'`: a table fed by a shared CDC source.
+    pub from_source: Option<(String, String)>,
 }
 
 fn join(tokens: &[Token]) -> String {
@@ -70,11 +75,44 @@ pub fn parse(sql: &str) -> Option<Result<CreateTableExtras>> {
         }
     }
     let close = close?;
+    let mut from_source = None;
+    if is_word(tokens.get(close + 1), "from") && is_word(tokens.get(close + 3), "table") {
+        let parsed = match (tokens.get(close + 2), tokens.get(close + 4)) {
+            (Some(source), Some(Token::SingleQuotedString(table))) => {
+                identifier(Some(source)).map(|s| (s, table.clone()))
+            }
+            _ => Err(EddyError::syntax(
+                "expected FROM source TABLE 'schema.table'",
+            )),
+        };
+        match parsed {
+            Ok(found) => from_source = Some(found),
+            Err(e) => return Some(Err(e)),
+        }
+        tokens.drain(close + 1..close + 5);
+    }
+    let mut options = std::collections::BTreeMap::new();
+    let with_at = (close + 1..tokens.len())
+        .find(|k| is_word(tokens.get(*k), "with") && tokens.get(k + 1) == Some(&Token::LParen));
+    if let Some(at) = with_at {
+        match super::source::parse_options(&tokens, at + 1) {
+            Ok((parsed, end)) => {
+                options = parsed;
+                tokens.drain(at..end);
+            }
+            Err(e) => return Some(Err(e)),
+        }
+    }
     let watermark_items: Vec<&(usize, usize)> = items
         .iter()
         .filter(|(from, _)| is_word(tokens.get(*from), "watermark"))
         .collect();
-    if watermark_items.is_empty() && !append_only && on_conflict.is_none() {
+    if watermark_items.is_empty()
+        && !append_only
+        && on_conflict.is_none()
+        && options.is_empty()
+        && from_source.is_none()
+    {
         return None;
     }
     let parse = || -> Result<CreateTableExtras> {
@@ -110,6 +148,8 @@ pub fn parse(sql: &str) -> Option<Result<CreateTableExtras>> {
             append_only,
             on_conflict,
             original: sql.trim().trim_end_matches(';').trim().to_string(),
+            options: options.clone(),
+            from_source: from_source.clone(),
         })
     };
     Some(parse())
@@ -186,6 +226,18 @@ mod tests {
                 .unwrap()
                 .is_err()
         );
+        let e = parse(
+            "CREATE TABLE t (id INT PRIMARY KEY) WITH (connector = 'postgres-cdc', database.name = 'd')",
+        )
+        .unwrap()
+        .unwrap();
+        assert_eq!(e.statement.trim(), "CREATE TABLE t (id INT PRIMARY KEY)");
+        assert_eq!(e.options["database.name"], "d");
+        let e = parse("CREATE TABLE t (id INT PRIMARY KEY) FROM pg TABLE 'public.orders'")
+            .unwrap()
+            .unwrap();
+        assert_eq!(e.from_source, Some(("pg".into(), "public.orders".into())));
+        assert_eq!(e.statement.trim(), "CREATE TABLE t (id INT PRIMARY KEY)");
         assert!(
             parse("CREATE TABLE t (a INT, WATERMARK ts AS ts)")
                 .unwrap()

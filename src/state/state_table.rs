@@ -363,6 +363,26 @@ impl StateTable {
         Ok(())
     }
 
+    /// Deletes the rows whose primary keys are those of `batch`'s rows (only its key
+    /// columns are read). Keys not stored are ignored.
+    pub fn delete_rows_with_keys_of(&self, batch: &RecordBatch) -> Result<usize> {
+        let Some(key_codec) = &self.key_codec else {
+            return Err(crate::error::EddyError::internal(
+                "deleting by key needs a table with a primary key",
+            ));
+        };
+        let keys = self.primary_keys(key_codec, batch)?;
+        let state_keys: Vec<Vec<u8>> = keys.iter().map(|k| self.state_key(k)).collect();
+        let stored = self.store.multi_get(&state_keys)?;
+        let present: Vec<Vec<u8>> = state_keys
+            .into_iter()
+            .zip(stored)
+            .filter(|(_, v)| v.is_some())
+            .map(|(k, _)| k)
+            .collect();
+        self.delete_keys(&present)
+    }
+
     pub fn delete_keys(&self, keys: &[Vec<u8>]) -> Result<usize> {
         let mut log = self.changes.lock();
         let deletes = if log.has_subscribers() {
