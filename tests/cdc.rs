@@ -1,8 +1,9 @@
 //! PostgreSQL change data capture end to end, against a real PostgreSQL 15 with
 //! `wal_level = logical`: a CDC table copies the upstream table and follows its inserts,
-//! updates and deletes; with Eddy SIGKILLed while the upstream keeps changing, the table
-//! ends equal to the upstream table and a view over it equal to the same aggregate
-//! computed by PostgreSQL — no change lost or applied twice.
+//! updates and deletes; with Eddy SIGKILLed five times while the upstream keeps changing,
+//! the table ends equal to the upstream table, a view over it equal to the same aggregate
+//! computed by PostgreSQL, and a PostgreSQL sink of that view equal to it too — no change
+//! lost or applied twice.
 
 use crate::common::TestServer;
 use crate::common::postgres::PostgresServer;
@@ -65,6 +66,13 @@ async fn cdc_table_follows_upstream_exactly_across_kills() {
     let pg = PostgresServer::start();
     let upstream = pg.connect().await;
     upstream.batch_execute(UPSTREAM).await.unwrap();
+    upstream
+        .batch_execute(
+            "CREATE TABLE per_customer_out (customer INT PRIMARY KEY, n BIGINT, total NUMERIC(20, 2), \
+             last TIMESTAMPTZ, noted BIGINT, ratios DOUBLE PRECISION)",
+        )
+        .await
+        .unwrap();
     let temp = tempfile::tempdir().unwrap();
     let data_dir = temp.path().join("data");
     let args = ["--barrier-interval-ms", "200"];
@@ -76,8 +84,10 @@ async fn cdc_table_follows_upstream_exactly_across_kills() {
                  username = 'postgres', password = '', database.name = 'postgres');
              CREATE TABLE orders (id INT PRIMARY KEY, customer INT, amount DECIMAL(12, 2), note VARCHAR,
                  placed TIMESTAMPTZ, flag BOOLEAN, ratio DOUBLE PRECISION) FROM pg TABLE 'public.orders';
-             CREATE MATERIALIZED VIEW per_customer AS {PER_CUSTOMER};",
-            pg.port
+             CREATE MATERIALIZED VIEW per_customer AS {PER_CUSTOMER};
+             CREATE SINK per_customer_out FROM per_customer WITH ({}, primary_key = 'customer');",
+            pg.port,
+            pg.sink_options("per_customer_out")
         ))
         .await
         .unwrap();
@@ -87,13 +97,13 @@ async fn cdc_table_follows_upstream_exactly_across_kills() {
         vec![vec!["2000"]]
     );
     drop(client);
-    for round in 0..3 {
+    for round in 0..5 {
         upstream.batch_execute(&changes(round)).await.unwrap();
         tokio::time::sleep(Duration::from_millis(300)).await;
         server.kill();
         server = TestServer::start_in_with_args(&data_dir, &args);
     }
-    upstream.batch_execute(&changes(3)).await.unwrap();
+    upstream.batch_execute(&changes(5)).await.unwrap();
     let client = server.connect().await;
     wait_equal(&client, &upstream).await;
     // The view over it is the aggregate PostgreSQL computes over the upstream table.
@@ -101,6 +111,13 @@ async fn cdc_table_follows_upstream_exactly_across_kills() {
     let view = view_rows(&client, "SELECT * FROM per_customer ORDER BY customer").await;
     let expected = view_rows(&upstream, &format!("{PER_CUSTOMER} ORDER BY customer")).await;
     assert_same("view over the cdc table", &view, &expected);
+    // And the PostgreSQL sink of that view: CDC -> view -> PostgreSQL, exact.
+    let sunk = view_rows(
+        &upstream,
+        "SELECT customer, n, total, last, noted, ratios FROM per_customer_out ORDER BY customer",
+    )
+    .await;
+    assert_same("postgres sink of the view", &sunk, &expected);
     // The slot has been advanced past the first changes (checkpoints committed them).
     let deadline = Instant::now() + Duration::from_secs(30);
     loop {
@@ -117,7 +134,9 @@ async fn cdc_table_follows_upstream_exactly_across_kills() {
     }
     // Dropping the table drops its slot.
     client
-        .batch_execute("DROP MATERIALIZED VIEW per_customer; DROP TABLE orders")
+        .batch_execute(
+            "DROP SINK per_customer_out; DROP MATERIALIZED VIEW per_customer; DROP TABLE orders",
+        )
         .await
         .unwrap();
     let deadline = Instant::now() + Duration::from_secs(30);

@@ -132,7 +132,7 @@ async fn kafka_view_and_upsert_sink_are_exact_across_kills() {
             messages.push((1, r#"{"id": "x", "k": 1}"#.into()));
         }
     }
-    let parts: Vec<&[(i32, String)]> = messages.chunks(messages.len() / 5 + 1).collect();
+    let parts: Vec<&[(i32, String)]> = messages.chunks(messages.len() / 7 + 1).collect();
     broker.produce("events", parts[0]);
 
     let temp = tempfile::tempdir().unwrap();
@@ -155,13 +155,15 @@ async fn kafka_view_and_upsert_sink_are_exact_across_kills() {
         .unwrap();
     drop(client);
     // More messages arrive while the server is killed and restarted.
-    for part in &parts[1..4] {
+    for part in &parts[1..6] {
         broker.produce("events", part);
         tokio::time::sleep(Duration::from_millis(400)).await;
         server.kill();
         server = TestServer::start_in_with_args(&data_dir, &args);
     }
-    broker.produce("events", parts[4]);
+    for part in &parts[6..] {
+        broker.produce("events", part);
+    }
     let client = server.connect().await;
     let deadline = Instant::now() + Duration::from_secs(90);
     loop {
