@@ -197,6 +197,23 @@ async fn kafka_view_and_upsert_sink_are_exact_across_kills() {
     )
     .await;
     assert_ne!(malformed[0][0], "0", "malformed messages are counted");
+    // Each partition is a split with its position (next offset + 1) and consumer lag.
+    let splits = view_rows(
+        &client,
+        "SELECT split, position > 0, lag IS NOT NULL FROM eddy_catalog.source_splits WHERE job = 'per_k' ORDER BY split",
+    )
+    .await;
+    assert_eq!(
+        splits,
+        vec![vec!["0/0", "t", "t"], vec!["0/1", "t", "t"]],
+        "both partitions' positions and lags are shown"
+    );
+    let sink = view_rows(
+        &client,
+        "SELECT connector, rows_written > 0, lag_epochs >= 0 FROM eddy_catalog.sinks WHERE name = 'per_k_out'",
+    )
+    .await;
+    assert_eq!(sink, vec![vec!["kafka", "t", "t"]]);
     // The sink's topic, folded by key, is the view (at least once: replays repeat
     // upserts, which fold to the same rows).
     let folded = fold_by_key(&broker.read_all("per_k"));

@@ -550,4 +550,11 @@ async fn postgres_sink_catches_up_after_the_database_was_down() {
         );
         tokio::time::sleep(Duration::from_millis(200)).await;
     }
+    // eddy_catalog.sinks shows the restarts and why.
+    let shown = view_rows(
+        &client,
+        "SELECT connector, restarts > 0, last_error LIKE '%cannot reach PostgreSQL%' FROM eddy_catalog.sinks WHERE name = 'mirror'",
+    )
+    .await;
+    assert_eq!(shown, vec![vec!["postgres", "t", "t"]]);
 }

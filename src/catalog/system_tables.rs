@@ -13,6 +13,10 @@
 //! - `eddy_catalog.state_cache`: one row — the memory operators' state caches may use
 //!   (`--state-cache-mb`) and use now, how many entries were evicted and read back from
 //!   RocksDB, and how many barriers came early because caches were full of changes.
+//! - `eddy_catalog.sinks`: every sink — connector, state, rows written, restarts, last
+//!   error, last epoch delivered and how many epochs it is behind.
+//! - `eddy_catalog.source_splits`: every source split of every job — position and, for
+//!   Kafka, the consumer lag of its partition.
 //! - `eddy_catalog.state_tables`: every internal state table of every running job — its
 //!   fragment, the operator keeping it, and the rows (keys) and bytes (keys and values)
 //!   it holds now in RocksDB, counted by scanning it.
@@ -84,6 +88,8 @@ impl SystemSchema {
                 table("checkpoints", checkpoints_schema(), checkpoints_rows),
                 table("state_cache", state_cache_schema(), state_cache_rows),
                 table("state_tables", state_tables_schema(), state_tables_rows),
+                table("sinks", sinks_schema(), sinks_rows),
+                table("source_splits", source_splits_schema(), source_splits_rows),
             ],
         }
     }
@@ -217,6 +223,114 @@ fn jobs_rows(sources: &SystemSources, schema: SchemaRef) -> DFResult<RecordBatch
             Arc::new(StringArray::from_iter(
                 jobs.iter().map(|j| j.last_failure.lock().clone()),
             )),
+        ],
+    )?)
+}
+
+fn sinks_schema() -> SchemaRef {
+    Arc::new(Schema::new(vec![
+        Field::new("name", DataType::Utf8, false),
+        Field::new("connector", DataType::Utf8, false),
+        Field::new("state", DataType::Utf8, false),
+        Field::new("rows_written", DataType::Int64, false),
+        Field::new("restarts", DataType::Int64, false),
+        Field::new("last_error", DataType::Utf8, true),
+        Field::new("last_epoch", DataType::Int64, false),
+        Field::new("lag_epochs", DataType::Int64, false),
+    ]))
+}
+
+/// Every sink's job: where it writes, how much, the error that last stopped it, and how
+/// many barrier epochs behind the newest injected one it is.
+fn sinks_rows(sources: &SystemSources, schema: SchemaRef) -> DFResult<RecordBatch> {
+    let jobs: Vec<_> = sources
+        .jobs
+        .jobs()
+        .into_iter()
+        .filter(|j| j.output != "Materialize")
+        .collect();
+    let committed = sources.checkpoints.serving_epoch();
+    let injected = sources.checkpoints.injected_epoch();
+    let connector = |output: &str| {
+        output
+            .strip_suffix("Sink")
+            .unwrap_or(output)
+            .to_ascii_lowercase()
+    };
+    let last_epoch = |j: &crate::stream::job::JobInfo| j.last_epoch.load(Ordering::SeqCst);
+    Ok(RecordBatch::try_new(
+        schema,
+        vec![
+            Arc::new(StringArray::from_iter_values(
+                jobs.iter().map(|j| j.name.clone()),
+            )),
+            Arc::new(StringArray::from_iter_values(
+                jobs.iter().map(|j| connector(j.output)),
+            )),
+            Arc::new(StringArray::from_iter_values(
+                jobs.iter().map(|j| shown_state(j, committed)),
+            )),
+            Arc::new(Int64Array::from_iter_values(
+                jobs.iter()
+                    .map(|j| j.rows_written.load(Ordering::Relaxed) as i64),
+            )),
+            Arc::new(Int64Array::from_iter_values(
+                jobs.iter()
+                    .map(|j| j.restarts.load(Ordering::Relaxed) as i64),
+            )),
+            Arc::new(StringArray::from_iter(jobs.iter().map(|j| {
+                j.error
+                    .lock()
+                    .clone()
+                    .or_else(|| j.last_failure.lock().clone())
+            }))),
+            Arc::new(Int64Array::from_iter_values(
+                jobs.iter().map(|j| last_epoch(j) as i64),
+            )),
+            Arc::new(Int64Array::from_iter_values(jobs.iter().map(|j| {
+                if j.is_running() {
+                    injected.saturating_sub(last_epoch(j)) as i64
+                } else {
+                    0
+                }
+            }))),
+        ],
+    )?)
+}
+
+fn source_splits_schema() -> SchemaRef {
+    Arc::new(Schema::new(vec![
+        Field::new("job", DataType::Utf8, false),
+        Field::new("split", DataType::Utf8, false),
+        Field::new("position", DataType::Int64, false),
+        Field::new("lag", DataType::Int64, true),
+    ]))
+}
+
+/// Every source split of every job as of the last barrier: its position (rows read, or
+/// for Kafka the next offset + 1) and, where the connector knows it, how many records
+/// wait upstream (Kafka's consumer lag per partition).
+fn source_splits_rows(sources: &SystemSources, schema: SchemaRef) -> DFResult<RecordBatch> {
+    let mut job = Vec::new();
+    let mut split = Vec::new();
+    let mut position = Vec::new();
+    let mut lag = Vec::new();
+    for j in sources.jobs.jobs() {
+        let lags = j.lags.lock().clone();
+        for (s, p) in j.positions.lock().iter() {
+            job.push(j.name.clone());
+            split.push(s.clone());
+            position.push(*p as i64);
+            lag.push(lags.get(s).map(|l| *l as i64));
+        }
+    }
+    Ok(RecordBatch::try_new(
+        schema,
+        vec![
+            Arc::new(StringArray::from(job)),
+            Arc::new(StringArray::from(split)),
+            Arc::new(Int64Array::from(position)),
+            Arc::new(Int64Array::from(lag)),
         ],
     )?)
 }

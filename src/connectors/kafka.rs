@@ -29,6 +29,10 @@ use std::time::Duration;
 
 /// How long metadata and offset lookups may take.
 const LOOKUP_TIMEOUT: Duration = Duration::from_secs(10);
+/// How often a split asks for its partition's high watermark (for the lag), and how long
+/// it waits for the answer.
+const LAG_REFRESH: Duration = Duration::from_secs(2);
+const LAG_TIMEOUT: Duration = Duration::from_millis(100);
 /// The option where the partition count seen at `CREATE SOURCE` is kept, so jobs can
 /// start while the broker is unreachable.
 pub const PARTITIONS_OPTION: &str = "kafka.partitions";
@@ -252,6 +256,7 @@ impl KafkaSpec {
             consumer: None,
             next: None,
             malformed: 0,
+            high_watermark: None,
         }
     }
 
@@ -317,6 +322,8 @@ pub struct KafkaSplit {
     /// The next offset to read, once known.
     next: Option<i64>,
     malformed: u64,
+    /// The partition's high watermark and when it was asked for.
+    high_watermark: Option<(i64, std::time::Instant)>,
 }
 
 impl KafkaSplit {
@@ -376,5 +383,22 @@ impl KafkaSplit {
 
     pub fn malformed(&self) -> u64 {
         self.malformed
+    }
+
+    /// Messages after the next offset: the partition's high watermark, asked for at most
+    /// every few seconds with a short timeout (a slow broker only leaves the lag unknown).
+    pub fn lag(&mut self) -> Option<u64> {
+        let stale = self
+            .high_watermark
+            .is_none_or(|(_, asked)| asked.elapsed() >= LAG_REFRESH);
+        if stale
+            && let Some(consumer) = &self.consumer
+            && let Ok((_, high)) =
+                consumer.fetch_watermarks(&self.spec.topic, self.partition, LAG_TIMEOUT)
+        {
+            self.high_watermark = Some((high, std::time::Instant::now()));
+        }
+        let (high, _) = self.high_watermark?;
+        Some((high - self.next?).max(0) as u64)
     }
 }

@@ -42,6 +42,17 @@ pub trait SplitReader: Send {
     fn malformed(&self) -> u64 {
         0
     }
+    /// Records waiting upstream beyond the position, when the connector knows (Kafka's
+    /// high watermark minus the next offset, as of the last fetch).
+    fn lag(&mut self) -> Option<u64> {
+        None
+    }
+    /// Whether an empty batch means "nothing has arrived yet" (a topic), so the source
+    /// should wait a moment before asking again, rather than "this batch was filtered
+    /// empty" (a generator).
+    fn waits_for_data(&self) -> bool {
+        false
+    }
 }
 
 impl SplitReader for file::FileSplit {
@@ -65,6 +76,12 @@ impl SplitReader for kafka::KafkaSplit {
     }
     fn malformed(&self) -> u64 {
         kafka::KafkaSplit::malformed(self)
+    }
+    fn lag(&mut self) -> Option<u64> {
+        kafka::KafkaSplit::lag(self)
+    }
+    fn waits_for_data(&self) -> bool {
+        true
     }
 }
 

@@ -79,6 +79,11 @@ pub struct JobInfo {
     pub last_failure: Mutex<Option<String>>,
     /// Source split offsets as of the last barrier: `fragment/split` → rows read.
     pub positions: Mutex<BTreeMap<String, u64>>,
+    /// Source splits' lag as of the last barrier, where the connector knows it:
+    /// `fragment/split` → records waiting upstream.
+    pub lags: Mutex<BTreeMap<String, u64>>,
+    /// Where the job's rows go: `Materialize`, or the sink's name (`KafkaSink`, ...).
+    pub output: &'static str,
     /// The job's internal state tables: (table id, fragment, what keeps it).
     pub state_tables: Vec<(u32, usize, String)>,
     stopped: AtomicBool,
@@ -573,6 +578,8 @@ impl JobRegistry {
             restarts: AtomicU64::new(0),
             last_failure: Mutex::new(None),
             positions: Mutex::new(BTreeMap::new()),
+            lags: Mutex::new(BTreeMap::new()),
+            output: terminal.name(),
             state_tables,
             stopped: AtomicBool::new(false),
             stop_signal,

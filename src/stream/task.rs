@@ -134,7 +134,7 @@ impl SourcePositions {
         &mut self,
         job: &JobInfo,
         fragment: usize,
-        readers: &[(usize, Box<dyn SplitReader>)],
+        readers: &mut [(usize, Box<dyn SplitReader>)],
         watermark: &Option<WatermarkGenerator>,
     ) -> Result<()> {
         let watermark = match watermark {
@@ -142,6 +142,13 @@ impl SourcePositions {
             None => None,
         };
         self.staged.clear();
+        let mut lags = job.lags.lock();
+        for (split, reader) in readers.iter_mut() {
+            if let Some(lag) = reader.lag() {
+                lags.insert(format!("{fragment}/{split}"), lag);
+            }
+        }
+        std::mem::drop(lags);
         let offsets = readers
             .iter()
             .map(|(split, r)| (*split, r.offset()))
@@ -352,6 +359,9 @@ impl Task {
                 .fetch_add(malformed - malformed_reported, Ordering::Relaxed);
             malformed_reported = malformed;
             if batch.num_rows() == 0 {
+                if !readers[next - 1].1.waits_for_data() {
+                    continue;
+                }
                 // Nothing new in this split (a topic with no new messages): once every
                 // split had nothing, wait a moment instead of spinning.
                 idle_splits += 1;
@@ -420,7 +430,7 @@ impl Task {
     fn stage_positions(
         &mut self,
         job: &JobInfo,
-        readers: &[(usize, Box<dyn SplitReader>)],
+        readers: &mut [(usize, Box<dyn SplitReader>)],
         watermark: &Option<WatermarkGenerator>,
     ) -> Result<()> {
         match &mut self.positions {
