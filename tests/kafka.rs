@@ -354,3 +354,69 @@ async fn kafka_sinks_carry_inserts_updates_and_deletes() {
         assert!(message.contains(error), "{sql}: {message}");
     }
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn kafka_source_includes_message_metadata() {
+    let broker = KafkaBroker::start();
+    broker.create_topic("meta", 2);
+    let messages: Vec<(i32, String, String)> = (0..6)
+        .map(|i| (i % 2, format!("k{i}"), format!("{{\"id\": {i}}}")))
+        .collect();
+    broker.produce_keyed("meta", &messages);
+    let server = TestServer::start();
+    let client = server.connect().await;
+    client
+        .batch_execute(&format!(
+            "CREATE SOURCE meta (id INT)
+                 INCLUDE key AS k INCLUDE partition AS p INCLUDE offset AS o
+                 INCLUDE timestamp AS ts INCLUDE header 'h' AS hv
+             WITH (connector = 'kafka', topic = 'meta', properties.bootstrap.server = '{}')
+             FORMAT PLAIN ENCODE JSON;
+             CREATE MATERIALIZED VIEW m AS
+                 SELECT id, k, p, o, hv, ts > TIMESTAMPTZ '2020-01-01 00:00:00+00' AS recent FROM meta;",
+            broker.address
+        ))
+        .await
+        .unwrap();
+    let deadline = Instant::now() + Duration::from_secs(30);
+    let rows = loop {
+        client.batch_execute("FLUSH").await.unwrap();
+        let rows = view_rows(&client, "SELECT * FROM m ORDER BY id").await;
+        if rows.len() == messages.len() {
+            break rows;
+        }
+        assert!(Instant::now() < deadline, "{rows:?}");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    };
+    let hex = |s: &str| {
+        format!(
+            "\\x{}",
+            s.bytes().map(|b| format!("{b:02x}")).collect::<String>()
+        )
+    };
+    let expected: Vec<Vec<String>> = messages
+        .iter()
+        .enumerate()
+        .map(|(i, (partition, key, _))| {
+            vec![
+                i.to_string(),
+                hex(key),
+                partition.to_string(),
+                (i / 2).to_string(),
+                hex(key),
+                "t".to_string(),
+            ]
+        })
+        .collect();
+    assert_eq!(rows, expected);
+    let e = client
+        .batch_execute("CREATE SOURCE bad (id INT) INCLUDE key WITH (connector = 'datagen') FORMAT PLAIN ENCODE JSON")
+        .await
+        .unwrap_err();
+    assert!(
+        e.as_db_error()
+            .unwrap()
+            .message()
+            .contains("INCLUDE is supported for kafka sources only")
+    );
+}

@@ -36,6 +36,23 @@ const LAG_TIMEOUT: Duration = Duration::from_millis(100);
 /// The option where the partition count seen at `CREATE SOURCE` is kept, so jobs can
 /// start while the broker is unreachable.
 pub const PARTITIONS_OPTION: &str = "kafka.partitions";
+/// The option where `INCLUDE ...` clauses are kept: `what[:header]=column;...`.
+pub const INCLUDE_OPTION: &str = "kafka.include";
+
+/// Message metadata a source carries as a column (`INCLUDE ...`).
+#[derive(Debug, Clone, PartialEq)]
+pub enum Metadata {
+    /// The message key, `BYTEA`.
+    Key,
+    /// The partition number, as text.
+    Partition,
+    /// The offset, as text.
+    Offset,
+    /// The message timestamp, `TIMESTAMPTZ`.
+    Timestamp,
+    /// The value of the named header, `BYTEA`.
+    Header(String),
+}
 
 #[derive(Debug, Clone, PartialEq)]
 pub enum StartupMode {
@@ -62,6 +79,10 @@ pub struct KafkaSpec {
     pub partitions: u32,
     /// Other `properties.*` options, passed to the Kafka client as they are.
     pub properties: Vec<(String, String)>,
+    /// Columns filled from message metadata, by column index.
+    pub metadata: Vec<(usize, Metadata)>,
+    /// The columns decoded from the message value (the others are metadata).
+    pub value_schema: SchemaRef,
 }
 
 fn invalid(message: impl Into<String>) -> EddyError {
@@ -81,6 +102,7 @@ impl KafkaSpec {
                     | "encode"
                     | "encode.delimiter"
                     | PARTITIONS_OPTION
+                    | INCLUDE_OPTION
             ) || key.starts_with("properties.");
             if !known {
                 return Err(invalid(format!(
@@ -128,6 +150,39 @@ impl KafkaSpec {
                 format.to_ascii_uppercase()
             )));
         }
+        let mut metadata = Vec::new();
+        for include in options
+            .get(INCLUDE_OPTION)
+            .map(|v| v.split(';').filter(|s| !s.is_empty()).collect::<Vec<_>>())
+            .unwrap_or_default()
+        {
+            let (what, column) = include
+                .split_once('=')
+                .ok_or_else(|| invalid(format!("invalid INCLUDE '{include}'")))?;
+            let kind = match what.split_once(':') {
+                Some(("header", name)) => Metadata::Header(name.to_string()),
+                _ => match what {
+                    "key" => Metadata::Key,
+                    "partition" => Metadata::Partition,
+                    "offset" => Metadata::Offset,
+                    "timestamp" => Metadata::Timestamp,
+                    other => return Err(invalid(format!("INCLUDE {other} is not known"))),
+                },
+            };
+            let index = schema
+                .index_of(column)
+                .map_err(|_| invalid(format!("INCLUDE column {column} is missing")))?;
+            metadata.push((index, kind));
+        }
+        let value_schema = std::sync::Arc::new(arrow::datatypes::Schema::new(
+            schema
+                .fields()
+                .iter()
+                .enumerate()
+                .filter(|(i, _)| !metadata.iter().any(|(m, _)| m == i))
+                .map(|(_, f)| f.clone())
+                .collect::<Vec<_>>(),
+        ));
         let payload = match options
             .get("encode")
             .map(|e| e.to_ascii_lowercase())
@@ -146,8 +201,8 @@ impl KafkaSpec {
                 },
             }),
             Some("bytes") => {
-                let one_bytea = schema.fields().len() == 1
-                    && matches!(schema.field(0).data_type(), DataType::Binary);
+                let one_bytea = value_schema.fields().len() == 1
+                    && matches!(value_schema.field(0).data_type(), DataType::Binary);
                 if !one_bytea {
                     return Err(invalid(
                         "ENCODE BYTES needs exactly one column, of type BYTEA",
@@ -180,6 +235,8 @@ impl KafkaSpec {
             payload,
             partitions: 0,
             properties,
+            metadata,
+            value_schema,
         };
         let seen: Option<u32> = options.get(PARTITIONS_OPTION).and_then(|p| p.parse().ok());
         spec.partitions = match (spec.partition_count(), seen) {
@@ -337,12 +394,17 @@ impl KafkaSplit {
         }
         let consumer = self.consumer.as_ref().expect("opened above");
         let mut values: Vec<Option<Vec<u8>>> = Vec::new();
+        let mut meta: Vec<MessageMetadata> = Vec::new();
+        let wants_meta = !self.spec.metadata.is_empty();
         while values.len() < max_rows {
             match consumer.poll(Duration::ZERO) {
                 None => break,
                 Some(Ok(message)) => {
                     self.next = Some(message.offset() + 1);
                     values.push(message.payload().map(<[u8]>::to_vec));
+                    if wants_meta {
+                        meta.push(MessageMetadata::of(&message));
+                    }
                 }
                 Some(Err(e)) => {
                     // The client reconnects by itself; the error is only worth a log line.
@@ -351,13 +413,16 @@ impl KafkaSplit {
                 }
             }
         }
-        let batch = match self.spec.payload {
-            PayloadFormat::Bytes => RecordBatch::try_new(
-                self.spec.schema.clone(),
-                vec![std::sync::Arc::new(BinaryArray::from_iter(
-                    values.iter().map(|v| v.as_deref()),
-                ))],
-            )?,
+        let (value_batch, keep) = match self.spec.payload {
+            PayloadFormat::Bytes => (
+                RecordBatch::try_new(
+                    self.spec.value_schema.clone(),
+                    vec![std::sync::Arc::new(BinaryArray::from_iter(
+                        values.iter().map(|v| v.as_deref()),
+                    ))],
+                )?,
+                None,
+            ),
             PayloadFormat::Records(format) => {
                 // A message without a value (a tombstone) or not UTF-8 is malformed.
                 let texts: Vec<&str> = values
@@ -368,13 +433,65 @@ impl KafkaSplit {
                             .unwrap_or("\u{0}")
                     })
                     .collect();
-                let (batch, malformed) =
-                    records::decode(texts.into_iter(), &self.spec.schema, &format)?;
-                self.malformed += malformed;
-                batch
+                let (batch, keep) = records::decode_unfiltered(
+                    texts.into_iter(),
+                    &self.spec.value_schema,
+                    &format,
+                )?;
+                self.malformed += keep.iter().filter(|k| !*k).count() as u64;
+                (batch, Some(keep))
             }
         };
-        Ok(Some(batch))
+        let batch = if wants_meta {
+            self.with_metadata(&value_batch, &meta)?
+        } else {
+            value_batch
+        };
+        Ok(Some(match keep {
+            Some(keep) => arrow::compute::filter_record_batch(
+                &batch,
+                &arrow::array::BooleanArray::from(keep),
+            )?,
+            None => batch,
+        }))
+    }
+
+    /// The value columns with the metadata columns put in their places.
+    fn with_metadata(&self, values: &RecordBatch, meta: &[MessageMetadata]) -> Result<RecordBatch> {
+        use arrow::array::{ArrayRef, StringArray, TimestampMillisecondArray};
+        let mut value_columns = values.columns().iter();
+        let mut columns: Vec<ArrayRef> = Vec::with_capacity(self.spec.schema.fields().len());
+        for (index, field) in self.spec.schema.fields().iter().enumerate() {
+            let Some((_, kind)) = self.spec.metadata.iter().find(|(m, _)| *m == index) else {
+                columns.push(value_columns.next().expect("one value column each").clone());
+                continue;
+            };
+            let column: ArrayRef = match kind {
+                Metadata::Key => std::sync::Arc::new(BinaryArray::from_iter(
+                    meta.iter().map(|m| m.key.as_deref()),
+                )),
+                Metadata::Partition => std::sync::Arc::new(StringArray::from_iter_values(
+                    meta.iter().map(|m| m.partition.to_string()),
+                )),
+                Metadata::Offset => std::sync::Arc::new(StringArray::from_iter_values(
+                    meta.iter().map(|m| m.offset.to_string()),
+                )),
+                Metadata::Timestamp => std::sync::Arc::new(
+                    TimestampMillisecondArray::from_iter(meta.iter().map(|m| m.timestamp_ms))
+                        .with_timezone("+00:00"),
+                ),
+                Metadata::Header(name) => {
+                    std::sync::Arc::new(BinaryArray::from_iter(meta.iter().map(|m| {
+                        m.headers
+                            .iter()
+                            .find(|(k, _)| k == name)
+                            .and_then(|(_, v)| v.as_deref())
+                    })))
+                }
+            };
+            columns.push(arrow::compute::cast(&column, field.data_type())?);
+        }
+        Ok(RecordBatch::try_new(self.spec.schema.clone(), columns)?)
     }
 
     pub fn offset(&self) -> u64 {
@@ -400,5 +517,35 @@ impl KafkaSplit {
         }
         let (high, _) = self.high_watermark?;
         Some((high - self.next?).max(0) as u64)
+    }
+}
+
+/// What `INCLUDE` can take from one message.
+struct MessageMetadata {
+    key: Option<Vec<u8>>,
+    partition: i32,
+    offset: i64,
+    timestamp_ms: Option<i64>,
+    headers: Vec<(String, Option<Vec<u8>>)>,
+}
+
+impl MessageMetadata {
+    fn of(message: &rdkafka::message::BorrowedMessage<'_>) -> Self {
+        use rdkafka::message::Headers;
+        Self {
+            key: message.key().map(<[u8]>::to_vec),
+            partition: message.partition(),
+            offset: message.offset(),
+            timestamp_ms: message.timestamp().to_millis(),
+            headers: message
+                .headers()
+                .map(|headers| {
+                    headers
+                        .iter()
+                        .map(|h| (h.key.to_string(), h.value.map(<[u8]>::to_vec)))
+                        .collect()
+                })
+                .unwrap_or_default(),
+        }
     }
 }

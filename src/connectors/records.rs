@@ -21,6 +21,20 @@ pub fn decode<'a>(
     schema: &SchemaRef,
     format: &RecordFormat,
 ) -> Result<(RecordBatch, u64)> {
+    let (batch, ok) = decode_unfiltered(records, schema, format)?;
+    let malformed = ok.iter().filter(|k| !**k).count() as u64;
+    Ok((
+        filter_record_batch(&batch, &BooleanArray::from(ok))?,
+        malformed,
+    ))
+}
+
+/// Every record as a row (malformed ones with whatever cast), and which decoded.
+pub fn decode_unfiltered<'a>(
+    records: impl Iterator<Item = &'a str>,
+    schema: &SchemaRef,
+    format: &RecordFormat,
+) -> Result<(RecordBatch, Vec<bool>)> {
     let width = schema.fields().len();
     // Every record as text fields; one that cannot be split is malformed.
     let fields: Vec<Option<Vec<Option<String>>>> = records
@@ -58,12 +72,7 @@ pub fn decode<'a>(
         }
         columns.push(cast);
     }
-    let malformed = ok.iter().filter(|k| !**k).count() as u64;
-    let batch = RecordBatch::try_new(schema.clone(), columns)?;
-    Ok((
-        filter_record_batch(&batch, &BooleanArray::from(ok))?,
-        malformed,
-    ))
+    Ok((RecordBatch::try_new(schema.clone(), columns)?, ok))
 }
 
 /// A JSON object's fields as text, by column name; `None` when the record is not an

@@ -83,6 +83,22 @@ pub(super) fn create_source(session: &Session, create: CreateSource) -> Result<O
         }
     }
     // Validate the connector options against the schema now, not when a job starts.
+    if !create.includes.is_empty() {
+        let kafka = rel
+            .options
+            .get("connector")
+            .is_some_and(|c| c.eq_ignore_ascii_case("kafka"));
+        if !kafka {
+            return Err(EddyError::not_supported(
+                "INCLUDE is supported for kafka sources only",
+            ));
+        }
+        let encoded: Vec<String> = create.includes.iter().map(|i| i.encode()).collect();
+        rel.options.insert(
+            crate::connectors::kafka::INCLUDE_OPTION.into(),
+            encoded.join(";"),
+        );
+    }
     if super::cdc::has_cdc_connector(&rel) {
         // A shared CDC source: checked here, read by the tables made FROM it.
         crate::connectors::postgres_cdc::check_source_options(&rel.options)?;

@@ -34,6 +34,81 @@ pub struct CreateSource {
     pub encode_options: BTreeMap<String, String>,
     /// Columns declared `AS PROCTIME()`: the processing time each row was read at.
     pub proctime_columns: Vec<String>,
+    /// `INCLUDE key | partition | offset | timestamp | header 'name' [AS column]`: message
+    /// metadata as extra columns (Kafka), as (what, header name, column).
+    pub includes: Vec<Include>,
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub struct Include {
+    pub what: String,
+    pub header: Option<String>,
+    pub column: String,
+}
+
+impl Include {
+    /// The column's type.
+    pub fn sql_type(&self) -> &'static str {
+        match self.what.as_str() {
+            "partition" | "offset" => "VARCHAR",
+            "timestamp" => "TIMESTAMPTZ",
+            _ => "BYTEA",
+        }
+    }
+
+    /// How the connector option records it: `what[:header]=column`.
+    pub fn encode(&self) -> String {
+        match &self.header {
+            Some(h) => format!("{}:{h}={}", self.what, self.column),
+            None => format!("{}={}", self.what, self.column),
+        }
+    }
+}
+
+/// `INCLUDE ...` clauses from token `i`; the includes and the next token's index.
+fn parse_includes(tokens: &[Token], mut i: usize) -> Result<(Vec<Include>, usize)> {
+    let mut includes = Vec::new();
+    while is_word(tokens.get(i), "include") {
+        let what = identifier(tokens.get(i + 1))?.to_ascii_lowercase();
+        if !matches!(
+            what.as_str(),
+            "key" | "partition" | "offset" | "timestamp" | "header"
+        ) {
+            return Err(EddyError::syntax(format!(
+                "INCLUDE {what} is not known; expected key, partition, offset, timestamp or header"
+            )));
+        }
+        i += 2;
+        let mut header = None;
+        if what == "header" {
+            match tokens.get(i) {
+                Some(Token::SingleQuotedString(name)) => {
+                    header = Some(name.clone());
+                    i += 1;
+                }
+                _ => {
+                    return Err(EddyError::syntax(
+                        "expected INCLUDE header 'name' [AS column]",
+                    ));
+                }
+            }
+        }
+        let column = if is_word(tokens.get(i), "as") {
+            i += 2;
+            identifier(tokens.get(i - 1))?
+        } else {
+            match &header {
+                Some(h) => format!("_rw_kafka_header_{h}"),
+                None => format!("_rw_kafka_{what}"),
+            }
+        };
+        includes.push(Include {
+            what,
+            header,
+            column,
+        });
+    }
+    Ok((includes, i))
 }
 
 pub(crate) fn significant_tokens(sql: &str) -> Result<Vec<Token>> {
@@ -110,6 +185,7 @@ fn parse_tokens(tokens: &[Token]) -> Result<CreateSource> {
                 format: None,
                 encode_options: BTreeMap::new(),
                 proctime_columns: vec![],
+                includes: vec![],
             });
         }
     }
@@ -211,6 +287,17 @@ fn parse_tokens(tokens: &[Token]) -> Result<CreateSource> {
         _ => return Err(EddyError::syntax("invalid column list")),
     };
 
+    let (includes, with_at) = parse_includes(tokens, end + 1)?;
+    let mut columns = columns;
+    for include in &includes {
+        let sql = format!("CREATE TABLE t ({} {})", include.column, include.sql_type());
+        if let Ok(mut parsed) = Parser::parse_sql(&PostgreSqlDialect {}, &sql)
+            && let Some(Statement::CreateTable(ct)) = parsed.pop()
+        {
+            columns.extend(ct.columns);
+        }
+    }
+    let end = with_at - 1;
     if !is_word(tokens.get(end + 1), "with") {
         return Err(EddyError::syntax(
             "CREATE SOURCE needs WITH (connector = '...', ...)",
@@ -232,6 +319,7 @@ fn parse_tokens(tokens: &[Token]) -> Result<CreateSource> {
         format,
         encode_options,
         proctime_columns,
+        includes,
     })
 }
 

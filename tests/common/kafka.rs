@@ -116,6 +116,28 @@ impl KafkaBroker {
         producer.flush(Duration::from_secs(30)).unwrap();
     }
 
+    /// Sends `(partition, key, value)` messages, each with header `h` = its key.
+    pub fn produce_keyed(&self, topic: &str, messages: &[(i32, String, String)]) {
+        use rdkafka::message::{Header, OwnedHeaders};
+        let producer: BaseProducer = ClientConfig::new()
+            .set("bootstrap.servers", &self.address)
+            .create()
+            .unwrap();
+        for (partition, key, value) in messages {
+            let headers = OwnedHeaders::new().insert(Header {
+                key: "h",
+                value: Some(key.as_str()),
+            });
+            let record: BaseRecord<'_, str, str> = BaseRecord::to(topic)
+                .key(key.as_str())
+                .payload(value.as_str())
+                .partition(*partition)
+                .headers(headers);
+            producer.send(record).map_err(|(e, _)| e).unwrap();
+        }
+        producer.flush(Duration::from_secs(30)).unwrap();
+    }
+
     /// Every message of `topic` so far, each partition in offset order: read until none
     /// has come for a second (the broker's high watermarks are not relied on).
     pub fn read_all(&self, topic: &str) -> Vec<Received> {
