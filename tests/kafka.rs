@@ -420,3 +420,133 @@ async fn kafka_source_includes_message_metadata() {
             .contains("INCLUDE is supported for kafka sources only")
     );
 }
+
+/// Waits until `sql` over Eddy returns `expected`.
+async fn eventually(client: &tokio_postgres::Client, sql: &str, expected: Vec<Vec<&str>>) {
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        let rows = view_rows(client, sql).await;
+        if rows == expected {
+            return;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "{sql}: {rows:?}, expected {expected:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn kafka_upsert_and_debezium_tables_follow_their_topics_across_a_kill() {
+    let broker = KafkaBroker::start();
+    broker.create_topic("upserts", 1);
+    broker.create_topic("changes", 1);
+    broker.produce_changes(
+        "upserts",
+        &[
+            (
+                r#"{"id": 1}"#,
+                Some(r#"{"id": 1, "v": "one", "price": "1.50"}"#),
+            ),
+            (
+                r#"{"id": 2}"#,
+                Some(r#"{"id": 2, "v": "two", "price": "2.00"}"#),
+            ),
+            ("3", Some(r#"{"id": 3, "v": "three", "price": null}"#)),
+            (
+                r#"{"id": 1}"#,
+                Some(r#"{"id": 1, "v": "uno", "price": "1.75"}"#),
+            ),
+            (r#"{"id": 2}"#, None),
+            ("garbage", Some("not json")),
+        ],
+    );
+    let envelope = |op: &str, before: &str, after: &str| {
+        format!(r#"{{"payload": {{"op": "{op}", "before": {before}, "after": {after}}}}}"#)
+    };
+    let debezium = [
+        envelope("r", "null", r#"{"id": 10, "v": "a", "price": "10.00"}"#),
+        envelope("c", "null", r#"{"id": 11, "v": "b", "price": "11.00"}"#),
+        envelope(
+            "u",
+            r#"{"id": 10, "v": "a", "price": "10.00"}"#,
+            r#"{"id": 10, "v": "a2", "price": "10.50"}"#,
+        ),
+        envelope("d", r#"{"id": 11, "v": "b", "price": "11.00"}"#, "null"),
+    ];
+    let changes: Vec<(&str, Option<&str>)> =
+        debezium.iter().map(|e| ("k", Some(e.as_str()))).collect();
+    broker.produce_changes("changes", &changes);
+    let temp = tempfile::tempdir().unwrap();
+    let data_dir = temp.path().join("data");
+    let mut server = TestServer::start_in_with_args(&data_dir, &["--barrier-interval-ms", "100"]);
+    let client = server.connect().await;
+    client
+        .batch_execute(&format!(
+            "CREATE TABLE upserted (id INT PRIMARY KEY, v VARCHAR, price DECIMAL(10, 2))
+             WITH (connector = 'kafka', topic = 'upserts', properties.bootstrap.server = '{0}')
+             FORMAT UPSERT ENCODE JSON;
+             CREATE TABLE mirrored (id INT PRIMARY KEY, v VARCHAR, price DECIMAL(10, 2))
+             WITH (connector = 'kafka', topic = 'changes', properties.bootstrap.server = '{0}')
+             FORMAT DEBEZIUM ENCODE JSON;
+             CREATE MATERIALIZED VIEW totals AS SELECT count(*) AS n, sum(price) AS total FROM upserted;",
+            broker.address
+        ))
+        .await
+        .unwrap();
+    eventually(
+        &client,
+        "SELECT id, v, price FROM upserted ORDER BY id",
+        vec![vec!["1", "uno", "1.75"], vec!["3", "three", "NULL"]],
+    )
+    .await;
+    eventually(
+        &client,
+        "SELECT id, v, price FROM mirrored ORDER BY id",
+        vec![vec!["10", "a2", "10.50"]],
+    )
+    .await;
+    // A kill, then more changes: nothing is applied twice or lost.
+    client.batch_execute("FLUSH").await.unwrap();
+    server.kill();
+    broker.produce_changes(
+        "upserts",
+        &[
+            ("3", None),
+            (
+                r#"{"id": 4}"#,
+                Some(r#"{"id": 4, "v": "four", "price": "4.00"}"#),
+            ),
+        ],
+    );
+    server = TestServer::start_in_with_args(&data_dir, &["--barrier-interval-ms", "100"]);
+    let client = server.connect().await;
+    eventually(
+        &client,
+        "SELECT id, v, price FROM upserted ORDER BY id",
+        vec![vec!["1", "uno", "1.75"], vec!["4", "four", "4.00"]],
+    )
+    .await;
+    client.batch_execute("FLUSH").await.unwrap();
+    eventually(
+        &client,
+        "SELECT n, total FROM totals",
+        vec![vec!["2", "5.75"]],
+    )
+    .await;
+    let e = client
+        .batch_execute(&format!(
+            "CREATE TABLE nokey (id INT, v VARCHAR) WITH (connector = 'kafka', topic = 'upserts', \
+             properties.bootstrap.server = '{}') FORMAT UPSERT ENCODE JSON",
+            broker.address
+        ))
+        .await
+        .unwrap_err();
+    assert!(
+        e.as_db_error()
+            .unwrap()
+            .message()
+            .contains("needs a PRIMARY KEY")
+    );
+}

@@ -83,6 +83,20 @@ pub struct KafkaSpec {
     pub metadata: Vec<(usize, Metadata)>,
     /// The columns decoded from the message value (the others are metadata).
     pub value_schema: SchemaRef,
+    /// How a message changes rows: appended (a source), or upserted/deleted by key (a
+    /// table, see `session::kafka_tables`).
+    pub envelope: Envelope,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Envelope {
+    /// Each message a new row.
+    Plain,
+    /// The message key names the row; the value is its new contents, or none (a
+    /// tombstone) to delete it.
+    Upsert,
+    /// Debezium's change envelope: `before`, `after` and `op`.
+    Debezium,
 }
 
 fn invalid(message: impl Into<String>) -> EddyError {
@@ -142,14 +156,21 @@ impl KafkaSpec {
                 )));
             }
         };
-        if let Some(format) = options.get("format")
-            && !format.eq_ignore_ascii_case("plain")
+        let envelope = match options
+            .get("format")
+            .map(|f| f.to_ascii_lowercase())
+            .as_deref()
         {
-            return Err(EddyError::not_supported(format!(
-                "FORMAT {} is not supported for kafka sources yet; use FORMAT PLAIN",
-                format.to_ascii_uppercase()
-            )));
-        }
+            None | Some("plain") => Envelope::Plain,
+            Some("upsert") => Envelope::Upsert,
+            Some("debezium") => Envelope::Debezium,
+            Some(other) => {
+                return Err(EddyError::not_supported(format!(
+                    "FORMAT {} is not supported for kafka; use PLAIN, UPSERT or DEBEZIUM",
+                    other.to_ascii_uppercase()
+                )));
+            }
+        };
         let mut metadata = Vec::new();
         for include in options
             .get(INCLUDE_OPTION)
@@ -237,6 +258,7 @@ impl KafkaSpec {
             properties,
             metadata,
             value_schema,
+            envelope,
         };
         let seen: Option<u32> = options.get(PARTITIONS_OPTION).and_then(|p| p.parse().ok());
         spec.partitions = match (spec.partition_count(), seen) {
@@ -250,7 +272,7 @@ impl KafkaSpec {
         Ok(spec)
     }
 
-    fn client_config(&self) -> ClientConfig {
+    pub(crate) fn client_config(&self) -> ClientConfig {
         let mut config = ClientConfig::new();
         config
             .set("bootstrap.servers", &self.brokers)

@@ -148,9 +148,16 @@ impl ConnectorSpec {
             "file" => Ok(ConnectorSpec::File(file::FileSpec::from_options(
                 schema, options,
             )?)),
-            "kafka" => Ok(ConnectorSpec::Kafka(kafka::KafkaSpec::from_options(
-                schema, options,
-            )?)),
+            "kafka" => {
+                let spec = kafka::KafkaSpec::from_options(schema, options)?;
+                if spec.envelope != kafka::Envelope::Plain {
+                    return Err(EddyError::not_supported(
+                        "FORMAT UPSERT and FORMAT DEBEZIUM update rows: use a table with a primary key, \
+                         CREATE TABLE t (..., PRIMARY KEY (...)) WITH (connector = 'kafka', ...) FORMAT UPSERT ENCODE JSON",
+                    ));
+                }
+                Ok(ConnectorSpec::Kafka(spec))
+            }
             "postgres-cdc" => Err(EddyError::not_supported(
                 "a postgres-cdc source is read through a table: CREATE TABLE t (...) FROM source TABLE 'schema.table'",
             )),

@@ -77,6 +77,8 @@ pub async fn run(config: Config) -> anyhow::Result<()> {
         .map_err(|e| anyhow::anyhow!("cannot restart materialized views: {e}"))?;
     crate::session::cdc::start_all(&engine)
         .map_err(|e| anyhow::anyhow!("cannot start change data capture: {e}"))?;
+    crate::session::kafka_tables::start_all(&engine)
+        .map_err(|e| anyhow::anyhow!("cannot start the tables fed by Kafka: {e}"))?;
     let listener = TcpListener::bind(config.listen)
         .await
         .map_err(|e| anyhow::anyhow!("cannot listen on {}: {e}", config.listen))?;

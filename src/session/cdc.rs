@@ -35,10 +35,28 @@ const MAX_RETRY_DELAY: Duration = Duration::from_secs(10);
 /// The key of the applied position in the table's internal state.
 const POSITION_KEY: &[u8] = b"lsn";
 
-/// The running CDC tasks, by table name.
+/// The running tasks that feed tables (CDC and Kafka tables), by table name.
 #[derive(Default)]
 pub struct CdcTables {
     tasks: Mutex<HashMap<String, watch::Sender<bool>>>,
+}
+
+impl CdcTables {
+    /// Records a table's task (by its stop signal); returns the one it replaces.
+    pub(super) fn insert_task(
+        &self,
+        table: &str,
+        stop: watch::Sender<bool>,
+    ) -> Option<watch::Sender<bool>> {
+        self.tasks.lock().insert(table.to_string(), stop)
+    }
+
+    /// Stops a table's task, if it has one.
+    pub(super) fn stop_task(&self, table: &str) {
+        if let Some(stop) = self.tasks.lock().remove(table) {
+            stop.send_replace(true);
+        }
+    }
 }
 
 /// Whether a relation names connector `postgres-cdc` (a CDC table or a shared source).
@@ -113,9 +131,7 @@ pub fn start_all(engine: &Arc<Engine>) -> Result<()> {
 
 /// Stops a dropped table's task and drops its replication slot.
 pub(super) fn drop(engine: &Engine, rel: &Relation) -> Result<()> {
-    if let Some(stop) = engine.cdc.tasks.lock().remove(&rel.name) {
-        stop.send_replace(true);
-    }
+    engine.cdc.stop_task(&rel.name);
     engine
         .checkpoints
         .remove_commit_hook(&format!("cdc:{}", rel.name));
@@ -131,7 +147,7 @@ pub(super) fn drop(engine: &Engine, rel: &Relation) -> Result<()> {
 
 fn start(engine: &Arc<Engine>, rel: &Relation, spec: CdcSpec) {
     let (stop, stopped) = watch::channel(false);
-    if let Some(old) = engine.cdc.tasks.lock().insert(rel.name.clone(), stop) {
+    if let Some(old) = engine.cdc.insert_task(&rel.name, stop) {
         old.send_replace(true);
     }
     // Positions written, with the last epoch injected when each was.
@@ -352,7 +368,9 @@ fn in_table_order(
 
 /// Rows of PostgreSQL text values as a batch of the table's schema.
 fn text_rows_to_batch(table: &StateTable, rows: &[Vec<Option<String>>]) -> Result<RecordBatch> {
-    let schema = table.schema().clone();
+    // Cast under a nullable schema (a delete carries only the key columns); the table's
+    // own schema when the values fit it, so upserts check NOT NULL as usual.
+    let schema = super::kafka_tables::nullable(table.schema());
     let columns = schema
         .fields()
         .iter()
@@ -362,5 +380,8 @@ fn text_rows_to_batch(table: &StateTable, rows: &[Vec<Option<String>>]) -> Resul
             super::copy::text_to_column(&text, field.data_type())
         })
         .collect::<Result<Vec<ArrayRef>>>()?;
-    Ok(RecordBatch::try_new(schema, columns)?)
+    match RecordBatch::try_new(table.schema().clone(), columns.clone()) {
+        Ok(batch) => Ok(batch),
+        Err(_) => Ok(RecordBatch::try_new(schema, columns)?),
+    }
 }

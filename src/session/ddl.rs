@@ -153,14 +153,41 @@ pub(super) async fn create_table(
         if !connector_options.is_empty() {
             if rel.options.contains_key("append_only") || rel.options.contains_key("on_conflict") {
                 return Err(EddyError::not_supported(
-                    "a postgres-cdc table takes no APPEND ONLY or ON CONFLICT",
+                    "a table fed by a connector takes no APPEND ONLY or ON CONFLICT",
                 ));
             }
-            crate::connectors::postgres_cdc::CdcSpec::from_options(&connector_options, &rel.name)?;
+            if super::kafka_tables::is_kafka(&connector_options) {
+                if rel.primary_key.is_empty() {
+                    return Err(EddyError::new(
+                        sqlstate::INVALID_PARAMETER_VALUE,
+                        "a table fed by kafka needs a PRIMARY KEY (the rows its messages upsert)",
+                    ));
+                }
+                let spec = crate::connectors::kafka::KafkaSpec::from_options(
+                    &rel.arrow_schema(),
+                    &connector_options,
+                )?;
+                // Restarts can then start while the broker is unreachable.
+                rel.options.insert(
+                    crate::connectors::kafka::PARTITIONS_OPTION.into(),
+                    spec.partitions.to_string(),
+                );
+            } else {
+                crate::connectors::postgres_cdc::CdcSpec::from_options(
+                    &connector_options,
+                    &rel.name,
+                )?;
+            }
             rel.options.extend(connector_options);
         }
     }
     let rel = session.engine.catalog.create_relation(rel)?;
+    if super::kafka_tables::is_kafka_table(&rel)
+        && let Err(e) = super::kafka_tables::start(&session.engine, &rel)
+    {
+        super::drop::drop_relation(&session.engine, &rel, false)?;
+        return Err(e);
+    }
     if super::cdc::is_cdc_table(&rel)
         && let Err(e) = super::cdc::create(&session.engine, &rel).await
     {
@@ -204,9 +231,9 @@ fn connector_options(
     }
     match options.get("connector").map(|c| c.to_ascii_lowercase()) {
         None => Ok(Default::default()),
-        Some(c) if c == "postgres-cdc" => Ok(options),
+        Some(c) if c == "postgres-cdc" || c == "kafka" => Ok(options),
         Some(other) => Err(EddyError::not_supported(format!(
-            "tables fed by connector '{other}' are not supported; use CREATE SOURCE (tables take connector 'postgres-cdc')"
+            "tables fed by connector '{other}' are not supported; use CREATE SOURCE (tables take connector 'postgres-cdc' or 'kafka')"
         ))),
     }
 }

@@ -32,6 +32,9 @@ fn drop_one(engine: &Engine, rel: &Relation) -> Result<()> {
     if super::cdc::is_cdc_table(rel) {
         super::cdc::drop(engine, rel)?;
     }
+    if super::kafka_tables::is_kafka_table(rel) {
+        super::kafka_tables::drop(engine, rel)?;
+    }
     if matches!(
         rel.kind,
         RelationKind::Table | RelationKind::MaterializedView

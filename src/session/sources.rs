@@ -66,6 +66,13 @@ pub(super) fn create_source(session: &Session, create: CreateSource) -> Result<O
         );
     }
     if let Some((format, encode)) = &create.format {
+        if matches!(format.as_str(), "upsert" | "debezium") {
+            return Err(EddyError::not_supported(format!(
+                "FORMAT {} updates rows: use a table with a primary key, CREATE TABLE t (..., PRIMARY KEY (...)) \
+                 WITH (connector = 'kafka', ...) FORMAT {0} ENCODE JSON",
+                format.to_ascii_uppercase()
+            )));
+        }
         if format != "plain" {
             return Err(EddyError::not_supported(format!(
                 "FORMAT {format} is not supported; use FORMAT PLAIN"

@@ -95,9 +95,21 @@ pub fn parse(sql: &str) -> Option<Result<CreateTableExtras>> {
     let with_at = (close + 1..tokens.len())
         .find(|k| is_word(tokens.get(*k), "with") && tokens.get(k + 1) == Some(&Token::LParen));
     if let Some(at) = with_at {
-        match super::source::parse_options(&tokens, at + 1) {
-            Ok((parsed, end)) => {
+        let parsed = super::source::parse_options(&tokens, at + 1).and_then(|(parsed, end)| {
+            // `FORMAT f ENCODE e (...)` after the options (a table fed by Kafka).
+            let (format, encode_options, end) = super::source::parse_format_clause(&tokens, end)?;
+            Ok((parsed, format, encode_options, end))
+        });
+        match parsed {
+            Ok((parsed, format, encode_options, end)) => {
                 options = parsed;
+                if let Some((format, encode)) = format {
+                    options.insert("format".into(), format.to_ascii_lowercase());
+                    options.insert("encode".into(), encode.to_ascii_lowercase());
+                }
+                for (k, v) in encode_options {
+                    options.insert(format!("encode.{k}"), v);
+                }
                 tokens.drain(at..end);
             }
             Err(e) => return Some(Err(e)),

@@ -116,6 +116,22 @@ impl KafkaBroker {
         producer.flush(Duration::from_secs(30)).unwrap();
     }
 
+    /// Sends `(key, value)` messages (no value: a tombstone) to partition 0, in order.
+    pub fn produce_changes(&self, topic: &str, messages: &[(&str, Option<&str>)]) {
+        let producer: BaseProducer = ClientConfig::new()
+            .set("bootstrap.servers", &self.address)
+            .create()
+            .unwrap();
+        for (key, value) in messages {
+            let mut record: BaseRecord<'_, str, str> = BaseRecord::to(topic).key(*key).partition(0);
+            if let Some(value) = value {
+                record = record.payload(*value);
+            }
+            producer.send(record).map_err(|(e, _)| e).unwrap();
+        }
+        producer.flush(Duration::from_secs(30)).unwrap();
+    }
+
     /// Sends `(partition, key, value)` messages, each with header `h` = its key.
     pub fn produce_keyed(&self, topic: &str, messages: &[(i32, String, String)]) {
         use rdkafka::message::{Header, OwnedHeaders};
