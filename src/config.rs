@@ -112,7 +112,7 @@ pub struct Config {
 }
 
 /// How to reach an S3 state store; unset fields come from the usual AWS variables.
-#[derive(Debug, Clone, Default)]
+#[derive(Debug, Clone, Default, PartialEq)]
 pub struct S3Options {
     pub endpoint: Option<String>,
     pub region: Option<String>,

@@ -197,17 +197,25 @@ async fn kafka_view_and_upsert_sink_are_exact_across_kills() {
     )
     .await;
     assert_ne!(malformed[0][0], "0", "malformed messages are counted");
-    // Each partition is a split with its position (next offset + 1) and consumer lag.
-    let splits = view_rows(
-        &client,
-        "SELECT split, position > 0, lag IS NOT NULL FROM eddy_catalog.source_splits WHERE job = 'per_k' ORDER BY split",
-    )
-    .await;
-    assert_eq!(
-        splits,
-        vec![vec!["0/0", "t", "t"], vec!["0/1", "t", "t"]],
-        "both partitions' positions and lags are shown"
-    );
+    // Each partition is a split with its position (next offset + 1) and consumer lag
+    // (asked of the broker every few seconds, so known a moment after a restart).
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        client.batch_execute("FLUSH").await.unwrap();
+        let splits = view_rows(
+            &client,
+            "SELECT split, position > 0, lag IS NOT NULL FROM eddy_catalog.source_splits WHERE job = 'per_k' ORDER BY split",
+        )
+        .await;
+        if splits == vec![vec!["0/0", "t", "t"], vec!["0/1", "t", "t"]] {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "both partitions' positions and lags are shown: {splits:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
     let sink = view_rows(
         &client,
         "SELECT connector, rows_written > 0, lag_epochs >= 0 FROM eddy_catalog.sinks WHERE name = 'per_k_out'",

@@ -7,6 +7,7 @@
 use crate::common::postgres::PostgresServer;
 use crate::common::{TestServer, start_s3};
 use crate::streaming::{assert_same, batch_query, source_options, view_rows};
+use arrow::array::RecordBatch;
 use arrow::datatypes::{DataType, Field, Schema, SchemaRef};
 use std::path::Path;
 use std::sync::Arc;
@@ -557,4 +558,148 @@ async fn postgres_sink_catches_up_after_the_database_was_down() {
     )
     .await;
     assert_eq!(shown, vec![vec!["postgres", "t", "t"]]);
+}
+
+/// A Parquet file of rows `from..to` (decimal prices, UTC timestamps, some NULL names).
+fn parquet_rows(from: i64, to: i64) -> (RecordBatch, Vec<u8>) {
+    use arrow::array::{Decimal128Array, Int64Array, StringArray, TimestampMicrosecondArray};
+    let schema = Arc::new(Schema::new(vec![
+        Field::new("id", DataType::Int64, false),
+        Field::new("price", DataType::Decimal128(10, 2), true),
+        Field::new(
+            "ts",
+            DataType::Timestamp(arrow::datatypes::TimeUnit::Microsecond, Some("UTC".into())),
+            true,
+        ),
+        Field::new("name", DataType::Utf8, true),
+    ]));
+    let ids: Vec<i64> = (from..to).collect();
+    let batch = RecordBatch::try_new(
+        schema.clone(),
+        vec![
+            Arc::new(Int64Array::from(ids.clone())),
+            Arc::new(
+                Decimal128Array::from_iter_values(
+                    ids.iter().map(|i| (*i as i128 * 37) % 10_000 - 2_000),
+                )
+                .with_precision_and_scale(10, 2)
+                .unwrap(),
+            ),
+            Arc::new(
+                TimestampMicrosecondArray::from_iter_values(
+                    ids.iter().map(|i| 1_704_067_200_000_000 + i * 1_000_000),
+                )
+                .with_timezone("UTC"),
+            ),
+            Arc::new(StringArray::from_iter(
+                ids.iter()
+                    .map(|i| (i % 3 != 0).then(|| format!("n{}", i % 7))),
+            )),
+        ],
+    )
+    .unwrap();
+    let mut bytes = Vec::new();
+    let mut writer =
+        datafusion::parquet::arrow::ArrowWriter::try_new(&mut bytes, schema, None).unwrap();
+    writer.write(&batch).unwrap();
+    writer.close().unwrap();
+    (batch, bytes)
+}
+
+const FILE_TOTALS: &str =
+    "SELECT count(*) AS n, sum(price) AS total, max(ts) AS last, count(name) AS named FROM";
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn s3_file_source_reads_parquet_and_picks_up_new_files_across_a_kill() {
+    use object_store::ObjectStoreExt;
+    let s3 = start_s3();
+    let store = object_store::aws::AmazonS3Builder::new()
+        .with_bucket_name("eddy")
+        .with_endpoint(&s3.endpoint)
+        .with_allow_http(true)
+        .with_region("us-east-1")
+        .with_access_key_id("test")
+        .with_secret_access_key("test")
+        .build()
+        .unwrap();
+    let mut all = Vec::new();
+    let mut upload = async |name: &str, from: i64, to: i64| {
+        let (batch, bytes) = parquet_rows(from, to);
+        all.push(batch);
+        store
+            .put(
+                &object_store::path::Path::from(format!("in/{name}")),
+                bytes.into(),
+            )
+            .await
+            .unwrap();
+    };
+    upload("part-001.parquet", 0, 3000).await;
+    upload("part-002.parquet", 3000, 5000).await;
+    store
+        .put(
+            &object_store::path::Path::from("in/notes.csv"),
+            "not,parquet\n".into(),
+        )
+        .await
+        .unwrap();
+    let temp = tempfile::tempdir().unwrap();
+    let data_dir = temp.path().join("data");
+    let args = ["--barrier-interval-ms", "200"];
+    let mut server = TestServer::start_in_with_args(&data_dir, &args);
+    let client = server.connect().await;
+    client
+        .batch_execute(&format!(
+            "CREATE SOURCE files (id BIGINT, price DECIMAL(10, 2), ts TIMESTAMPTZ, name VARCHAR)
+             WITH (connector = 'file', path = 's3://eddy/in/*.parquet', refresh.interval.sec = '0.3',
+                   s3.endpoint_url = '{}', s3.region_name = 'us-east-1',
+                   s3.credentials.access = 'test', s3.credentials.secret = 'test')
+             FORMAT PLAIN ENCODE PARQUET;
+             CREATE MATERIALIZED VIEW totals AS {FILE_TOTALS} files;",
+            s3.endpoint
+        ))
+        .await
+        .unwrap();
+    let count_is = async |client: &tokio_postgres::Client, n: usize| {
+        let deadline = Instant::now() + Duration::from_secs(60);
+        loop {
+            client.batch_execute("FLUSH").await.unwrap();
+            let rows = view_rows(client, "SELECT n FROM totals").await;
+            if rows == vec![vec![n.to_string()]] {
+                return;
+            }
+            assert!(Instant::now() < deadline, "{rows:?}, expected {n}");
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    };
+    count_is(&client, 5000).await;
+    // A new file is picked up while the job runs; one more while the server is down.
+    upload("part-003.parquet", 5000, 6000).await;
+    count_is(&client, 6000).await;
+    server.kill();
+    upload("part-004.parquet", 6000, 6500).await;
+    server = TestServer::start_in_with_args(&data_dir, &args);
+    let client = server.connect().await;
+    count_is(&client, 6500).await;
+    // Exactly the batch result over every file's rows.
+    let ctx = datafusion::prelude::SessionContext::new();
+    ctx.register_batch(
+        "s",
+        arrow::compute::concat_batches(&all[0].schema(), &all).unwrap(),
+    )
+    .unwrap();
+    let mut expected = crate::streaming::sorted_rows_text(
+        &ctx.sql(&format!("{FILE_TOTALS} s"))
+            .await
+            .unwrap()
+            .collect()
+            .await
+            .unwrap(),
+    );
+    expected[0][2] = expected[0][2].replace("Z", "+00");
+    assert_same(
+        "s3 parquet source",
+        &view_rows(&client, "SELECT * FROM totals").await,
+        &expected,
+    );
 }

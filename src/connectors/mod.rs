@@ -10,6 +10,7 @@ pub mod datagen;
 pub mod file;
 pub mod kafka;
 pub mod nexmark;
+pub mod object_files;
 pub mod object_location;
 pub mod pgoutput;
 pub mod postgres_cdc;
@@ -27,6 +28,8 @@ pub enum ConnectorSpec {
     Datagen(datagen::DatagenSpec),
     Nexmark(nexmark::NexmarkSpec),
     File(file::FileSpec),
+    /// The `file` connector over object storage (S3, Parquet, new files picked up).
+    ObjectFiles(object_files::ObjectFilesSpec),
     Kafka(kafka::KafkaSpec),
     /// Another connector, with `PROCTIME()` columns filled in.
     WithProcessingTime(processing_time::ProcessingTimeSpec),
@@ -79,6 +82,21 @@ impl SplitReader for kafka::KafkaSplit {
     }
     fn lag(&mut self) -> Option<u64> {
         kafka::KafkaSplit::lag(self)
+    }
+    fn waits_for_data(&self) -> bool {
+        true
+    }
+}
+
+impl SplitReader for object_files::ObjectFilesSplit {
+    fn next_batch(&mut self, max_rows: usize) -> Result<Option<arrow::array::RecordBatch>> {
+        object_files::ObjectFilesSplit::next_batch(self, max_rows)
+    }
+    fn offset(&self) -> u64 {
+        object_files::ObjectFilesSplit::offset(self)
+    }
+    fn malformed(&self) -> u64 {
+        object_files::ObjectFilesSplit::malformed(self)
     }
     fn waits_for_data(&self) -> bool {
         true
@@ -145,6 +163,9 @@ impl ConnectorSpec {
             "nexmark" => Ok(ConnectorSpec::Nexmark(nexmark::NexmarkSpec::from_options(
                 schema, options,
             )?)),
+            "file" if object_files::wanted(options) => Ok(ConnectorSpec::ObjectFiles(
+                object_files::ObjectFilesSpec::from_options(schema, options)?,
+            )),
             "file" => Ok(ConnectorSpec::File(file::FileSpec::from_options(
                 schema, options,
             )?)),
@@ -173,7 +194,7 @@ impl ConnectorSpec {
         match self {
             ConnectorSpec::Datagen(_) => "datagen",
             ConnectorSpec::Nexmark(_) => "nexmark",
-            ConnectorSpec::File(_) => "file",
+            ConnectorSpec::File(_) | ConnectorSpec::ObjectFiles(_) => "file",
             ConnectorSpec::Kafka(_) => "kafka",
             ConnectorSpec::WithProcessingTime(s) => s.inner.name(),
         }
@@ -186,6 +207,7 @@ impl ConnectorSpec {
             ConnectorSpec::Datagen(s) => s.splits as usize,
             ConnectorSpec::Nexmark(s) => s.splits as usize,
             ConnectorSpec::File(s) => s.files.len(),
+            ConnectorSpec::ObjectFiles(_) => 1,
             ConnectorSpec::Kafka(s) => s.partitions as usize,
             ConnectorSpec::WithProcessingTime(s) => s.inner.split_count(),
         }
@@ -198,6 +220,7 @@ impl ConnectorSpec {
             ConnectorSpec::Datagen(s) => Box::new(s.split_reader(split as u32, offset)),
             ConnectorSpec::Nexmark(s) => Box::new(s.split_reader(split as u32, offset)),
             ConnectorSpec::File(s) => Box::new(s.split_reader(split as u32, offset)),
+            ConnectorSpec::ObjectFiles(s) => Box::new(s.split_reader(offset)),
             ConnectorSpec::Kafka(s) => Box::new(s.split_reader(split as u32, offset)),
             ConnectorSpec::WithProcessingTime(s) => Box::new(s.split_reader(split, offset)),
         }
@@ -208,7 +231,7 @@ impl ConnectorSpec {
         match self {
             ConnectorSpec::Datagen(s) => s.rows_per_second,
             ConnectorSpec::Nexmark(s) => s.rows_per_second(),
-            ConnectorSpec::File(_) | ConnectorSpec::Kafka(_) => 0,
+            ConnectorSpec::File(_) | ConnectorSpec::ObjectFiles(_) | ConnectorSpec::Kafka(_) => 0,
             ConnectorSpec::WithProcessingTime(s) => s.inner.rows_per_second(),
         }
     }

@@ -78,9 +78,9 @@ pub(super) fn create_source(session: &Session, create: CreateSource) -> Result<O
                 "FORMAT {format} is not supported; use FORMAT PLAIN"
             )));
         }
-        if !matches!(encode.as_str(), "json" | "csv" | "bytes") {
+        if !matches!(encode.as_str(), "json" | "csv" | "bytes" | "parquet") {
             return Err(EddyError::not_supported(format!(
-                "ENCODE {encode} is not supported; use JSON, CSV or BYTES"
+                "ENCODE {encode} is not supported; use JSON, CSV, PARQUET or BYTES"
             )));
         }
         rel.options.insert("format".into(), format.clone());
