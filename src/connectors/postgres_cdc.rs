@@ -16,8 +16,9 @@ use std::collections::BTreeMap;
 use std::time::Duration;
 
 /// Changes read per poll (PostgreSQL returns whole transactions, so a large one comes
-/// whole).
-const CHANGES_PER_POLL: i32 = 5000;
+/// whole). Every poll starts again at the slot's confirmed position, which moves once per
+/// committed checkpoint: this bounds how many changes a checkpoint interval can take in.
+const CHANGES_PER_POLL: i32 = 20_000;
 
 #[derive(Debug, Clone, PartialEq)]
 pub struct CdcSpec {
