@@ -64,7 +64,15 @@ fn name_of(expr: &Expr) -> Option<String> {
             .0
             .last()
             .and_then(|p| p.as_ident())
-            .map(|i| i.value.to_lowercase()),
+            .map(|i| i.value.to_lowercase())
+            // Interval arithmetic written as an operator is rewritten into a call.
+            .map(|name| {
+                if name == super::interval_arithmetic::INTERVAL_MUL {
+                    "?column?".to_string()
+                } else {
+                    name
+                }
+            }),
         Expr::Cast {
             expr, data_type, ..
         } => match expr.as_ref() {

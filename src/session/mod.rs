@@ -16,6 +16,7 @@ pub mod drop;
 mod failover;
 mod float_extremes;
 pub mod functions;
+mod interval_arithmetic;
 pub mod kafka_tables;
 pub mod materialized_views;
 mod numeric_division;

@@ -26,6 +26,8 @@
 //! - `SESSION(relation, time_col, gap [, partition keys])`: each row with its session's
 //!   `window_start` and `window_end`, computed by the `session_start`/`session_end` window
 //!   functions ([`super::session_windows`]).
+//! - `interval * number`, `number * interval`, `interval / number` with an interval
+//!   literal or cast: `eddy_interval_mul(...)` ([`super::interval_arithmetic`]).
 //! - `unnest(indkey)` / `generate_subscripts(indkey, 1)`: `pg_index.indkey` is an
 //!   `int2vector` in PostgreSQL but text (`"1 2"`) in the catalog tables, so it is split
 //!   into a `smallint[]` first.
@@ -197,6 +199,7 @@ pub fn rewrite(statement: &mut Statement) {
     let _ = statement.visit(&mut SeriesColumnAlias);
     let _ = statement.visit(&mut ModColumnName);
     let _ = statement.visit(&mut ModFunction);
+    let _ = statement.visit(&mut super::interval_arithmetic::IntervalArithmetic);
     match statement {
         Statement::Query(query) => alias_duplicate_columns(&mut query.body),
         Statement::Insert(insert) => {
