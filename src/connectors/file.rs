@@ -45,19 +45,7 @@ impl FileSpec {
                 ));
             }
         };
-        let delimiter = match options.get("encode.delimiter") {
-            Some(d) if d.chars().count() == 1 => d.chars().next().unwrap(),
-            Some(d) => {
-                return Err(invalid(format!(
-                    "delimiter must be one character, not '{d}'"
-                )));
-            }
-            None => ',',
-        };
-        let header = options
-            .get("encode.without_header")
-            .map(|v| v.to_ascii_lowercase())
-            != Some("true".into());
+        let (delimiter, header) = super::records::csv_options(options)?;
         let files = expand(path)?;
         Ok(Self {
             schema: schema.clone(),

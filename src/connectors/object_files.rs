@@ -86,19 +86,7 @@ impl ObjectFilesSpec {
             Some("parquet") => FileFormat::Parquet,
             Some("json") => FileFormat::Records(RecordFormat::Json, false),
             Some("csv") => {
-                let delimiter = match options.get("encode.delimiter") {
-                    Some(d) if d.chars().count() == 1 => d.chars().next().expect("one char"),
-                    Some(d) => {
-                        return Err(invalid(format!(
-                            "delimiter must be one character, not '{d}'"
-                        )));
-                    }
-                    None => ',',
-                };
-                let header = options
-                    .get("encode.without_header")
-                    .map(|v| v.to_ascii_lowercase())
-                    != Some("true".into());
+                let (delimiter, header) = records::csv_options(options)?;
                 FileFormat::Records(RecordFormat::Csv { delimiter }, header)
             }
             _ => {

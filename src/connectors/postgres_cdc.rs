@@ -121,20 +121,13 @@ impl CdcSpec {
     }
 
     fn failed(&self, what: &str, e: tokio_postgres::Error) -> EddyError {
-        let mut text = match e.as_db_error() {
-            Some(db) => db.message().to_string(),
-            None => e.to_string(),
-        };
-        let mut cause = std::error::Error::source(&e);
-        while let Some(c) = cause {
-            if e.as_db_error().is_none() {
-                text.push_str(&format!(": {c}"));
-            }
-            cause = c.source();
-        }
         EddyError::new(
             sqlstate::IO_ERROR,
-            format!("postgres-cdc {}: {what}: {text}", self.address()),
+            format!(
+                "postgres-cdc {}: {what}: {}",
+                self.address(),
+                super::sink::postgres::error_text(&e)
+            ),
         )
     }
 

@@ -15,6 +15,26 @@ pub enum RecordFormat {
     Csv { delimiter: char },
 }
 
+/// `ENCODE CSV (delimiter = ';', without_header = 'true')` of a source: the delimiter
+/// (default `,`) and whether files start with a header line (default yes).
+pub fn csv_options(options: &std::collections::BTreeMap<String, String>) -> Result<(char, bool)> {
+    let delimiter = match options.get("encode.delimiter") {
+        Some(d) if d.chars().count() == 1 => d.chars().next().expect("one char"),
+        Some(d) => {
+            return Err(crate::error::EddyError::new(
+                crate::error::sqlstate::INVALID_PARAMETER_VALUE,
+                format!("delimiter must be one character, not '{d}'"),
+            ));
+        }
+        None => ',',
+    };
+    let header = options
+        .get("encode.without_header")
+        .map(|v| v.to_ascii_lowercase())
+        != Some("true".into());
+    Ok((delimiter, header))
+}
+
 /// The records that decode, as a batch, and how many did not.
 pub fn decode<'a>(
     records: impl Iterator<Item = &'a str>,

@@ -241,8 +241,9 @@ impl Target {
     }
 }
 
-/// A PostgreSQL error with the server's message when there is one.
-fn error_text(e: &tokio_postgres::Error) -> String {
+/// A PostgreSQL error with the server's message when there is one, else the client's
+/// error with its causes.
+pub(crate) fn error_text(e: &tokio_postgres::Error) -> String {
     if let Some(db) = e.as_db_error() {
         return db.message().to_string();
     }
