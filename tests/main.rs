@@ -19,4 +19,5 @@ mod sinks;
 mod slt;
 mod state_cache;
 mod streaming;
+mod table_log;
 mod two_tables;

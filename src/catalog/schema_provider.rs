@@ -65,6 +65,16 @@ impl CatalogSchemaProvider {
         Ok(table)
     }
 
+    /// The open tables whose changes are logged (views or sinks read them).
+    pub fn logged_tables(&self) -> Vec<Arc<StateTable>> {
+        self.tables
+            .lock()
+            .values()
+            .filter(|t| t.changes().is_logged())
+            .cloned()
+            .collect()
+    }
+
     /// Forgets the cached state table of a dropped relation.
     pub fn forget(&self, id: u32) {
         self.tables.lock().remove(&id);

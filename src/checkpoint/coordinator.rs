@@ -84,7 +84,13 @@ pub struct Coordinator {
     /// Called, by name, with each committed epoch and the jobs its checkpoint holds (file
     /// sinks publish the files they staged for it).
     commit_hooks: Mutex<BTreeMap<String, CommitHook>>,
+    /// Called with the oldest epoch whose checkpoint is still kept, after old ones are
+    /// deleted: what no restore can go back before (tables cut their change logs).
+    retention_hook: Mutex<Option<RetentionHook>>,
 }
+
+/// See [`Coordinator::set_retention_hook`].
+pub type RetentionHook = Arc<dyn Fn(u64) + Send + Sync>;
 
 /// Runs once a checkpoint is committed, before `FLUSH` returns.
 pub type CommitHook =
@@ -141,6 +147,7 @@ impl Coordinator {
             staging_lock: tokio::sync::Mutex::new(()),
             uploads: Mutex::new(Some(uploads)),
             commit_hooks: Mutex::new(BTreeMap::new()),
+            retention_hook: Mutex::new(None),
         }
     }
 
@@ -170,6 +177,12 @@ impl Coordinator {
 
     pub fn remove_commit_hook(&self, name: &str) {
         self.commit_hooks.lock().remove(name);
+    }
+
+    /// Sets what runs with the oldest kept checkpoint's epoch after each garbage
+    /// collection: state needed only to resume from older checkpoints can go.
+    pub fn set_retention_hook(&self, hook: RetentionHook) {
+        *self.retention_hook.lock() = Some(hook);
     }
 
     pub fn storage(&self) -> &Arc<CheckpointStorage> {
@@ -370,8 +383,8 @@ impl Coordinator {
     }
 
     /// Deletes manifests beyond the newest `keep`, their own files, and table files no
-    /// kept manifest references.
-    async fn collect_garbage(&self, uploaded: &mut HashSet<String>) -> Result<()> {
+    /// kept manifest references. Returns the oldest kept checkpoint's epoch.
+    async fn collect_garbage(&self, uploaded: &mut HashSet<String>) -> Result<Option<u64>> {
         let mut epochs: Vec<u64> = self
             .storage
             .list("manifests")
@@ -390,8 +403,9 @@ impl Coordinator {
                 self.storage.delete(&format!("{dir}/{name}")).await?;
             }
         }
+        let oldest_kept = kept.first().copied();
         if old.is_empty() {
-            return Ok(());
+            return Ok(oldest_kept);
         }
         let mut referenced = HashSet::new();
         for epoch in kept {
@@ -405,7 +419,7 @@ impl Coordinator {
                 uploaded.remove(&name);
             }
         }
-        Ok(())
+        Ok(oldest_kept)
     }
 
     /// The table files the committed checkpoints reference. Others — left by an upload
@@ -499,8 +513,15 @@ async fn upload_loop(coordinator: Weak<Coordinator>, mut uploads: UnboundedRecei
                 let held = coordinator.staging_lock.lock().await;
                 coordinator.remove_staged_before(staged.epoch);
                 std::mem::drop(held);
-                if let Err(e) = coordinator.collect_garbage(known).await {
-                    tracing::warn!("checkpoint garbage collection failed: {e}");
+                match coordinator.collect_garbage(known).await {
+                    Ok(Some(oldest_kept)) => {
+                        let hook = coordinator.retention_hook.lock().clone();
+                        if let Some(hook) = hook {
+                            hook(oldest_kept);
+                        }
+                    }
+                    Ok(None) => {}
+                    Err(e) => tracing::warn!("checkpoint garbage collection failed: {e}"),
                 }
             }
             Err(e) => {

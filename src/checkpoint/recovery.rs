@@ -18,6 +18,7 @@ use crate::error::{EddyError, Result};
 use crate::state::StateStore;
 use crate::state::operator_state::internal_table_range;
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 
 /// The checkpoint a start restores.
 pub struct Restored {
@@ -123,25 +124,26 @@ pub async fn prepare(config: &Config, storage: &CheckpointStorage) -> Result<Opt
     }))
 }
 
-/// Whether a relation's job reads a table, directly or through views: such jobs restart
-/// from the table's current rows rather than from a checkpoint (table changes after the
-/// checkpoint are not logged yet, so they could not be replayed).
-pub fn reads_table(relation: &Relation, all: &[Relation]) -> bool {
-    let mut frontier = relation.depends_on.clone();
-    let mut seen = Vec::new();
-    while let Some(id) = frontier.pop() {
-        if seen.contains(&id) {
-            continue;
-        }
-        seen.push(id);
-        if let Some(r) = all.iter().find(|r| r.id == id) {
-            if r.kind == RelationKind::Table {
-                return true;
-            }
-            frontier.extend(r.depends_on.iter().copied());
+/// Whether the jobs of a region (see `session::failover::region`) can resume from the
+/// state the store holds for them, all together: a job reading a table needs its
+/// positions in the table's change log, which a job run by an Eddy without table change
+/// logs never recorded. One that cannot resume starts afresh, and so must the rest of
+/// its region (it would feed them, or be fed, twice).
+pub fn region_resumable(
+    store: &Arc<StateStore>,
+    region: &[Relation],
+    all: &[Relation],
+) -> Result<bool> {
+    for job in region {
+        let reads_table = job.depends_on.iter().any(|id| {
+            all.iter()
+                .any(|r| r.id == *id && r.kind == RelationKind::Table)
+        });
+        if reads_table && !crate::stream::job::has_table_log_positions(store, job.id)? {
+            return Ok(false);
         }
     }
-    false
+    Ok(true)
 }
 
 /// Puts back the checkpoint's state of every materialized view and sink in the live

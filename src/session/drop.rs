@@ -42,6 +42,9 @@ fn drop_one(engine: &Engine, rel: &Relation) -> Result<()> {
         engine.schema_provider.state_table_for(rel)?.truncate()?;
         engine.schema_provider.forget(rel.id);
     }
+    if rel.kind == RelationKind::Table {
+        crate::state::table_log::delete(&engine.store, rel.id)?;
+    }
     Ok(())
 }
 

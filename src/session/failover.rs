@@ -3,7 +3,7 @@
 //!
 //! The jobs connected to the failed one through the views they read or feed (its
 //! "region") stop together, get their state back from the checkpoint (jobs reading tables
-//! start afresh from the tables' rows instead, as after a server restart) and restart,
+//! then replay the tables' logged changes since it) and restart,
 //! with barrier rounds paused so that the whole region resumes at one epoch. Jobs outside
 //! the region keep running. A job is restarted at most [`MAX_RESTARTS`] times, waiting
 //! longer each time; then it stays `failed`, with its error in `eddy_catalog.jobs`. A sink
@@ -121,23 +121,14 @@ async fn restart_region(engine: &Engine, name: &str, attempt: u64) -> Result<()>
     let covered = checkpoint
         .as_ref()
         .is_some_and(|(m, _)| jobs.iter().all(|r| m.jobs.contains(&r.name)));
-    let resumable: Vec<Relation> = jobs
-        .iter()
-        .filter(|r| covered && !crate::checkpoint::recovery::reads_table(r, &relations))
-        .cloned()
-        .collect();
-    if let Some((manifest, dir)) = &checkpoint {
-        crate::checkpoint::recovery::restore_relations(
-            &engine.store,
-            dir,
-            manifest.epoch,
-            &resumable,
-        )?;
+    if let Some((manifest, dir)) = checkpoint.as_ref().filter(|_| covered) {
+        crate::checkpoint::recovery::restore_relations(&engine.store, dir, manifest.epoch, &jobs)?;
     }
     std::mem::drop(staging);
+    let resume =
+        covered && crate::checkpoint::recovery::region_resumable(&engine.store, &jobs, &relations)?;
     let mut reads_changes = false;
     for r in &jobs {
-        let resume = resumable.iter().any(|x| x.id == r.id);
         reads_changes |= restart_job(engine, r, resume).await?;
         if r.id == failed.id
             && let Some(job) = engine.jobs.jobs().into_iter().find(|j| j.name == r.name)

@@ -245,7 +245,8 @@ pub(super) fn show(session: &Session) -> Result<Outcome> {
 
 /// Starts the job of every materialized view and sink, in creation order so that a view
 /// starts before the views over it. After a restored checkpoint, jobs resume from its
-/// state; jobs reading tables, and every job when there is no checkpoint, start afresh.
+/// state (those reading tables replay the tables' logged changes since it); every job
+/// starts afresh when there is no checkpoint.
 pub async fn restart_all(engine: &Engine) -> Result<()> {
     let mut relations = engine.catalog.relations();
     relations.sort_by_key(|r| r.id);
@@ -260,11 +261,12 @@ pub async fn restart_all(engine: &Engine) -> Result<()> {
         }
         // A job resumes only if the checkpoint holds every job of its region (the jobs
         // it reads from or feeds): one started afresh would feed the others twice.
-        let resume = engine.restored.as_ref().is_some_and(|m| {
-            super::failover::region(rel, &relations)
-                .iter()
-                .all(|r| m.jobs.contains(&r.name))
-        }) && !crate::checkpoint::recovery::reads_table(rel, &relations);
+        let region = super::failover::region(rel, &relations);
+        let resume = engine
+            .restored
+            .as_ref()
+            .is_some_and(|m| region.iter().all(|r| m.jobs.contains(&r.name)))
+            && crate::checkpoint::recovery::region_resumable(&engine.store, &region, &relations)?;
         reads_changes |= restart_job(engine, rel, resume).await?;
     }
     std::mem::drop(paused);
@@ -314,7 +316,7 @@ pub(super) async fn restart_job(engine: &Engine, rel: &Relation, resume: bool) -
 /// every job reading its view, restart from their state at the last barrier — barrier
 /// rounds are paused meanwhile, so that state is one epoch for all of them — at the new
 /// parallelism; aggregates then find each key's state in the subtask its key group now
-/// maps to. Jobs reading tables start afresh from the tables' rows, as after a restart.
+/// maps to (jobs reading tables replay the tables' logged changes since that barrier).
 pub(super) async fn alter_parallelism(
     engine: &Engine,
     alter: &AlterParallelism,
@@ -372,9 +374,10 @@ pub(super) async fn alter_parallelism(
     }
     engine.catalog.set_parallelism(&rel.name, parallelism)?;
     let mut reads_changes = false;
+    let resume =
+        crate::checkpoint::recovery::region_resumable(&engine.store, &affected, &relations)?;
     for r in &affected {
         let r = engine.catalog.get_by_id(r.id).unwrap_or_else(|| r.clone());
-        let resume = !crate::checkpoint::recovery::reads_table(&r, &relations);
         reads_changes |= restart_job(engine, &r, resume).await?;
     }
     std::mem::drop(paused);

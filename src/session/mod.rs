@@ -189,6 +189,21 @@ impl Engine {
             &config,
             restored.as_ref().map(|m| m.epoch).unwrap_or(0),
         ));
+        // Tables' change logs are cut below what the oldest kept checkpoint needs.
+        let logged = Arc::downgrade(&schema_provider);
+        checkpoints.set_retention_hook(Arc::new(move |oldest_kept| {
+            let Some(provider) = logged.upgrade() else {
+                return;
+            };
+            for table in provider.logged_tables() {
+                if let Err(e) = table.cut_log_before(oldest_kept) {
+                    tracing::warn!(
+                        table = table.table_id(),
+                        "cannot cut a table's change log: {e}"
+                    );
+                }
+            }
+        }));
         ctx.catalog(DATABASE_NAME)
             .expect("default catalog exists")
             .register_schema(

@@ -9,9 +9,15 @@
 //! the lock); a materialized view has one per subtask of its last fragment, and each
 //! subscriber gets one channel per publisher so that barriers can be aligned across them.
 //! Channels are unbounded: a view's writers are not slowed down by the views over it.
+//!
+//! A table's change log can also be *logged* ([`ChangeLog::enable_log`]): every write is
+//! then appended to the table's replayable log ([`super::table_log`]) in the same RocksDB
+//! write, and every barrier carries the log's position, so that a job can resume after
+//! the changes its checkpoint holds.
 
 use crate::stream::{Barrier, Message, StreamChunk};
 use parking_lot::{Mutex, MutexGuard};
+use std::collections::VecDeque;
 use tokio::sync::mpsc::{UnboundedReceiver, UnboundedSender, unbounded_channel};
 
 pub struct ChangeLog {
@@ -23,7 +29,24 @@ pub(super) struct Inner {
     ended: Vec<bool>,
     /// Per subscriber, one sender per publisher (`None` once that publisher ended).
     subscribers: Vec<Vec<Option<UnboundedSender<Message>>>>,
+    /// Set once the table's changes are logged.
+    log: Option<LogCursor>,
 }
+
+/// Where a logged table's log stands.
+pub(super) struct LogCursor {
+    table_id: u32,
+    /// The last sequence number written.
+    last: u64,
+    /// `(epoch, position)` of recent barriers, oldest first: where the log may be cut
+    /// once a checkpoint is no longer kept.
+    marks: VecDeque<(u64, u64)>,
+}
+
+/// Barrier positions remembered per logged table (a barrier a second: more than an hour
+/// of checkpoints failing to upload before the oldest ones are forgotten, which only
+/// delays cutting the log).
+const MAX_MARKS: usize = 4096;
 
 impl Default for ChangeLog {
     fn default() -> Self {
@@ -31,6 +54,7 @@ impl Default for ChangeLog {
             inner: Mutex::new(Inner {
                 ended: vec![false],
                 subscribers: vec![],
+                log: None,
             }),
         }
     }
@@ -63,21 +87,71 @@ impl ChangeLog {
         }
     }
 
-    /// Passes a barrier on to every subscriber.
+    /// Passes a barrier on to every subscriber; for a logged table it carries the log's
+    /// position (the changes before the barrier are those up to it).
     pub fn barrier(&self, publisher: usize, barrier: Barrier) {
-        self.inner
-            .lock()
-            .publish(publisher, || Some(Message::Barrier(barrier)));
+        let mut inner = self.inner.lock();
+        let log_position = inner.log.as_mut().map(|log| {
+            if log.marks.len() == MAX_MARKS {
+                log.marks.pop_front();
+            }
+            log.marks.push_back((barrier.epoch, log.last));
+            log.last
+        });
+        let barrier = Barrier {
+            log_position,
+            ..barrier
+        };
+        inner.publish(publisher, || Some(Message::Barrier(barrier)));
     }
 
-    /// Subscribes: `snapshot` reads the current rows while writes are held off, and the
-    /// receivers (one per publisher) get every change after it.
+    /// Starts logging the table's changes (no-op if it already does); `last` is the last
+    /// sequence number its log holds.
+    pub fn enable_log(
+        &self,
+        table_id: u32,
+        last: impl FnOnce() -> crate::error::Result<u64>,
+    ) -> crate::error::Result<()> {
+        let mut inner = self.inner.lock();
+        if inner.log.is_none() {
+            inner.log = Some(LogCursor {
+                table_id,
+                last: last()?,
+                marks: VecDeque::new(),
+            });
+        }
+        Ok(())
+    }
+
+    pub fn is_logged(&self) -> bool {
+        self.inner.lock().log.is_some()
+    }
+
+    /// The log position of the newest barrier at or before `epoch` still remembered,
+    /// forgetting older ones: the log up to it can be cut once no checkpoint before
+    /// `epoch` is kept. `None` if no such barrier is known.
+    pub fn position_at(&self, epoch: u64) -> Option<u64> {
+        let mut inner = self.inner.lock();
+        let log = inner.log.as_mut()?;
+        let newer = log
+            .marks
+            .iter()
+            .position(|(e, _)| *e > epoch)
+            .unwrap_or(log.marks.len());
+        let position = newer.checked_sub(1).map(|i| log.marks[i].1)?;
+        log.marks.drain(..newer - 1);
+        Some(position)
+    }
+
+    /// Subscribes: `snapshot` reads the current rows while writes are held off (it is
+    /// given the log's last position, for a logged table), and the receivers (one per
+    /// publisher) get every change after it.
     pub fn subscribe<T>(
         &self,
-        snapshot: impl FnOnce() -> crate::error::Result<T>,
+        snapshot: impl FnOnce(Option<u64>) -> crate::error::Result<T>,
     ) -> crate::error::Result<(T, Vec<UnboundedReceiver<Message>>)> {
         let mut inner = self.inner.lock();
-        let rows = snapshot()?;
+        let rows = snapshot(inner.log.as_ref().map(|l| l.last))?;
         let mut senders = Vec::new();
         let mut receivers = Vec::new();
         for ended in inner.ended.clone() {
@@ -91,8 +165,36 @@ impl ChangeLog {
 }
 
 impl Inner {
-    pub(super) fn has_subscribers(&self) -> bool {
-        !self.subscribers.is_empty()
+    /// Whether a write must work out its changes: someone listens, or they are logged.
+    pub(super) fn wants_changes(&self) -> bool {
+        !self.subscribers.is_empty() || self.log.is_some()
+    }
+
+    /// Adds the changes of a write to its RocksDB batch as the log's next entry, if the
+    /// table is logged. Returns the entry's number, for [`Inner::logged`] once the batch
+    /// is written.
+    pub(super) fn log_changes(
+        &self,
+        batch: &mut rocksdb::WriteBatch,
+        chunks: &[&StreamChunk],
+        codec: &arrow::row::RowConverter,
+    ) -> crate::error::Result<Option<u64>> {
+        let Some(log) = &self.log else {
+            return Ok(None);
+        };
+        if chunks.iter().all(|c| c.num_rows() == 0) {
+            return Ok(None);
+        }
+        let seq = log.last + 1;
+        super::table_log::append(batch, log.table_id, seq, chunks, codec)?;
+        Ok(Some(seq))
+    }
+
+    /// The batch holding entry `seq` was written.
+    pub(super) fn logged(&mut self, seq: Option<u64>) {
+        if let (Some(log), Some(seq)) = (&mut self.log, seq) {
+            log.last = seq;
+        }
     }
 
     /// Sends a message (built only if someone listens) to every subscriber, forgetting

@@ -14,6 +14,7 @@ pub mod operator_state;
 pub mod serving_snapshot;
 pub mod state_table;
 pub mod store;
+pub mod table_log;
 pub mod transaction;
 
 pub use cache_budget::CacheBudget;

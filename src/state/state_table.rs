@@ -135,6 +135,10 @@ impl StateTable {
         &self.changes
     }
 
+    pub(super) fn value_codec(&self) -> &RowConverter {
+        &self.value_codec
+    }
+
     pub(super) fn decode(&self, values: &[Vec<u8>]) -> Result<RecordBatch> {
         let parser = self.value_codec.parser();
         let columns = self
@@ -222,7 +226,7 @@ impl StateTable {
                 let state_keys: Vec<Vec<u8>> = keys.iter().map(|k| self.state_key(k)).collect();
                 // The last row of a key wins; the change stream sees only that row, after
                 // a delete of the row it replaces.
-                let changes = if log.has_subscribers() {
+                let changes = if log.wants_changes() {
                     let mut last = std::collections::HashMap::with_capacity(rows);
                     for (row, key) in keys.iter().enumerate() {
                         last.insert(key.as_slice(), row);
@@ -247,13 +251,30 @@ impl StateTable {
                 for (row, key) in state_keys.iter().enumerate() {
                     wb.put(key, values.row(row).as_ref());
                 }
+                let entry = match &changes {
+                    Some((deletes, inserts)) => {
+                        log.log_changes(&mut wb, &[deletes, inserts], &self.value_codec)?
+                    }
+                    None => None,
+                };
                 self.store.write(wb)?;
+                log.logged(entry);
                 if let Some((deletes, inserts)) = changes {
                     log.publish_chunk(publisher, deletes);
                     log.publish_chunk(publisher, inserts);
                 }
             }
             None => {
+                let inserts = |first: u64| StreamChunk {
+                    ops: vec![Op::Insert; rows],
+                    batch: batch.clone(),
+                    keys: Some(
+                        (0..rows as u64)
+                            .map(|i| (first + i).to_be_bytes().to_vec())
+                            .collect(),
+                    ),
+                };
+                let mut entry = None;
                 let first = self.store.write_with_row_ids(rows as u64, |first, wb| {
                     let mut key_buf = Vec::new();
                     for row in 0..rows {
@@ -261,19 +282,13 @@ impl StateTable {
                         encode_state_key(self.table_id, key_group_of(&id), &id, &mut key_buf);
                         wb.put(&key_buf, values.row(row).as_ref());
                     }
+                    if log.wants_changes() {
+                        entry = log.log_changes(wb, &[&inserts(first)], &self.value_codec)?;
+                    }
                     Ok(())
                 })?;
-                log.publish(publisher, || {
-                    Some(Message::Chunk(StreamChunk {
-                        ops: vec![Op::Insert; rows],
-                        batch: batch.clone(),
-                        keys: Some(
-                            (0..rows as u64)
-                                .map(|i| (first + i).to_be_bytes().to_vec())
-                                .collect(),
-                        ),
-                    }))
-                });
+                log.logged(entry);
+                log.publish(publisher, || Some(Message::Chunk(inserts(first))));
             }
         }
         Ok(rows)
@@ -289,7 +304,7 @@ impl StateTable {
         self.check_not_null(batch)?;
         let values = self.value_codec.convert_columns(batch.columns())?;
         let mut log = self.changes.lock();
-        let deletes = if log.has_subscribers() {
+        let deletes = if log.wants_changes() {
             Some(self.deletes_at(old_keys)?)
         } else {
             None
@@ -316,17 +331,25 @@ impl StateTable {
                     .collect()
             }
         };
+        let changes = deletes.map(|deletes| {
+            let inserts = StreamChunk {
+                ops: vec![Op::Insert; batch.num_rows()],
+                batch: batch.clone(),
+                keys: Some(new_keys),
+            };
+            (deletes, inserts)
+        });
+        let entry = match &changes {
+            Some((deletes, inserts)) => {
+                log.log_changes(&mut wb, &[deletes, inserts], &self.value_codec)?
+            }
+            None => None,
+        };
         self.store.write(wb)?;
-        if let Some(deletes) = deletes {
+        log.logged(entry);
+        if let Some((deletes, inserts)) = changes {
             log.publish_chunk(0, deletes);
-            log.publish_chunk(
-                0,
-                StreamChunk {
-                    ops: vec![Op::Insert; batch.num_rows()],
-                    batch: batch.clone(),
-                    keys: Some(new_keys),
-                },
-            );
+            log.publish_chunk(0, inserts);
         }
         Ok(old_keys.len())
     }
@@ -352,14 +375,15 @@ impl StateTable {
             }
         }
         let mut log = self.changes.lock();
+        let change = StreamChunk {
+            ops: chunk.ops.clone(),
+            batch,
+            keys: Some(keys.clone()),
+        };
+        let entry = log.log_changes(&mut wb, &[&change], &self.value_codec)?;
         self.store.write(wb)?;
-        log.publish(publisher, || {
-            Some(Message::Chunk(StreamChunk {
-                ops: chunk.ops.clone(),
-                batch,
-                keys: Some(keys.clone()),
-            }))
-        });
+        log.logged(entry);
+        log.publish(publisher, || Some(Message::Chunk(change)));
         Ok(())
     }
 
@@ -385,7 +409,7 @@ impl StateTable {
 
     pub fn delete_keys(&self, keys: &[Vec<u8>]) -> Result<usize> {
         let mut log = self.changes.lock();
-        let deletes = if log.has_subscribers() {
+        let deletes = if log.wants_changes() {
             Some(self.deletes_at(keys)?)
         } else {
             None
@@ -394,7 +418,12 @@ impl StateTable {
         for k in keys {
             wb.delete(k);
         }
+        let entry = match &deletes {
+            Some(deletes) => log.log_changes(&mut wb, &[deletes], &self.value_codec)?,
+            None => None,
+        };
         self.store.write(wb)?;
+        log.logged(entry);
         if let Some(deletes) = deletes {
             log.publish_chunk(0, deletes);
         }
@@ -445,16 +474,10 @@ impl StateTable {
     /// Removes every row (the table itself stays).
     pub fn truncate(&self) -> Result<()> {
         let mut log = self.changes.lock();
-        let deletes = if log.has_subscribers() {
+        let deletes: Vec<StreamChunk> = if log.wants_changes() {
             self.scan()?
-        } else {
-            vec![]
-        };
-        self.store.delete_prefix(&table_prefix(self.table_id))?;
-        for scanned in deletes {
-            log.publish_chunk(
-                0,
-                StreamChunk {
+                .into_iter()
+                .map(|scanned| StreamChunk {
                     ops: vec![Op::Delete; scanned.keys.len()],
                     keys: Some(
                         scanned
@@ -464,10 +487,57 @@ impl StateTable {
                             .collect(),
                     ),
                     batch: scanned.batch,
-                },
-            );
+                })
+                .collect()
+        } else {
+            vec![]
+        };
+        let mut wb = WriteBatch::default();
+        let prefix = table_prefix(self.table_id);
+        let end = super::store::prefix_end(&prefix)
+            .ok_or_else(|| EddyError::internal("a table id of all ones"))?;
+        wb.delete_range(&prefix[..], &end[..]);
+        let entry = log.log_changes(
+            &mut wb,
+            &deletes.iter().collect::<Vec<_>>(),
+            &self.value_codec,
+        )?;
+        self.store.write(wb)?;
+        log.logged(entry);
+        for chunk in deletes {
+            log.publish_chunk(0, chunk);
         }
         Ok(())
+    }
+
+    /// Logs every change from now on in the table's replayable log (a job reads the
+    /// table, and may resume from a checkpoint after changes made while it is down).
+    pub fn enable_log(&self) -> Result<()> {
+        self.changes.enable_log(self.table_id, || {
+            super::table_log::last_sequence(&self.store, self.table_id)
+        })
+    }
+
+    /// The changes logged after `position` (up to `last`, the log's current end): what a
+    /// job resuming at `position` missed. Call inside [`ChangeLog::subscribe`].
+    pub fn logged_changes_after(&self, position: u64, last: u64) -> Result<Vec<StreamChunk>> {
+        super::table_log::read_after(
+            &self.store,
+            self.table_id,
+            position,
+            last,
+            &self.schema,
+            &self.value_codec,
+        )
+    }
+
+    /// Cuts the log up to the position of the last barrier at or before `epoch` (no
+    /// checkpoint older than `epoch` is kept any more).
+    pub fn cut_log_before(&self, epoch: u64) -> Result<()> {
+        match self.changes.position_at(epoch) {
+            Some(position) => super::table_log::cut_through(&self.store, self.table_id, position),
+            None => Ok(()),
+        }
     }
 
     /// The current rows as inserts keyed by their stream keys: where a new subscriber of

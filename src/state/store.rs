@@ -122,6 +122,21 @@ impl StateStore {
         visit_prefix(iter, prefix, visit)
     }
 
+    /// [`StateStore::scan_prefix`] from the first key at or after `start` (which itself
+    /// starts with `prefix`).
+    pub fn scan_prefix_from(
+        &self,
+        prefix: &[u8],
+        start: &[u8],
+        visit: impl FnMut(&[u8], &[u8]) -> Result<()>,
+    ) -> Result<()> {
+        let iter = self.db.iterator_opt(
+            IteratorMode::From(start, Direction::Forward),
+            prefix_read_options(prefix),
+        );
+        visit_prefix(iter, prefix, visit)
+    }
+
     /// Whether any key starts with `prefix`.
     pub fn any_with_prefix(&self, prefix: &[u8]) -> Result<bool> {
         let mut iter = self

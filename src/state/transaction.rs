@@ -214,7 +214,7 @@ impl Transaction {
         let mut changes = Vec::with_capacity(tables.len());
         for (staged, log) in tables.values().zip(&logs) {
             let table = &staged.table;
-            if log.has_subscribers() {
+            if log.wants_changes() {
                 let keys: Vec<Vec<u8>> = staged.writes.keys().cloned().collect();
                 let deletes = table.deletes_at(&keys)?;
                 let (new_keys, new_values): (Vec<Vec<u8>>, Vec<Vec<u8>>) = staged
@@ -241,8 +241,18 @@ impl Transaction {
                 }
             }
         }
+        let mut entries = Vec::with_capacity(changes.len());
+        for ((staged, log), change) in tables.values().zip(&logs).zip(&changes) {
+            entries.push(match change {
+                Some((deletes, inserts)) => {
+                    log.log_changes(&mut batch, &[deletes, inserts], staged.table.value_codec())?
+                }
+                None => None,
+            });
+        }
         store.write(batch)?;
-        for (log, change) in logs.iter_mut().zip(changes) {
+        for ((log, change), entry) in logs.iter_mut().zip(changes).zip(entries) {
+            log.logged(entry);
             if let Some((deletes, inserts)) = change {
                 log.publish_chunk(0, deletes);
                 log.publish_chunk(0, inserts);

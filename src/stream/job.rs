@@ -8,7 +8,7 @@
 use super::barrier_align::{AlignedInputs, Input, WatermarkMerge};
 use super::dispatch::{CHANNEL_CAPACITY, Dispatcher};
 use super::graph::{FragmentInput, StreamGraph, Terminal};
-use super::task::{SourcePositions, Task, TaskInput, TaskOutput};
+use super::task::{MergeInput, SourcePositions, Task, TaskInput, TaskOutput};
 use super::workers::Workers;
 use super::{Barrier, StreamChunk};
 use crate::catalog::{Relation, RelationKind};
@@ -162,6 +162,21 @@ impl JobInfo {
     fn has_passed(&self, epoch: u64) -> bool {
         !self.is_running() || self.acked.lock().iter().all(|a| *a >= epoch)
     }
+}
+
+/// The ordinal of the internal table where a job's change streams of tables record their
+/// positions in the tables' logs (past any operator's: those count up from 0).
+const TABLE_LOG_POSITIONS_ORDINAL: u8 = u8::MAX;
+
+fn table_log_positions_id(relation_id: u32) -> u32 {
+    internal_table_id(relation_id, TABLE_LOG_POSITIONS_ORDINAL)
+}
+
+/// Whether a job that reads tables recorded its positions in their change logs at a
+/// barrier (a job run by an Eddy without table change logs did not: it cannot resume).
+pub fn has_table_log_positions(store: &Arc<StateStore>, relation_id: u32) -> Result<bool> {
+    let state = OperatorState::new(table_log_positions_id(relation_id), store.clone(), 0, 1);
+    Ok(!SourcePositions::load(&state)?.is_empty())
 }
 
 /// Where a job keeps its state: internal tables derived from its relation's id.
@@ -365,6 +380,18 @@ impl JobRegistry {
         // each stateful operator of the chain, fragment by fragment.
         let mut ordinal: u8 = 0;
         let mut state_tables = Vec::new();
+        // Where the change streams of tables record their log positions at barriers.
+        let log_positions_state = OperatorState::new(
+            table_log_positions_id(state.relation_id),
+            state.store.clone(),
+            0,
+            1,
+        );
+        let log_positions = if state.resume {
+            SourcePositions::load(&log_positions_state)?
+        } else {
+            Default::default()
+        };
         let mut next_table = || {
             let id = internal_table_id(state.relation_id, ordinal);
             ordinal = ordinal.wrapping_add(1);
@@ -405,17 +432,35 @@ impl JobRegistry {
             } else {
                 WatermarkMerge::AcrossInputs
             };
+            let reads_table = matches!(
+                &fragment.input,
+                FragmentInput::Changes { relation, .. } if relation.kind == RelationKind::Table
+            );
             let mut changes: Option<(Vec<StreamChunk>, Vec<Input>)> = match &fragment.input {
                 FragmentInput::Changes { relation, .. } => {
                     let table = table_of(relation)?;
-                    let (snapshot, receivers) = table.changes().subscribe(|| {
-                        if state.resume {
-                            Ok(vec![])
-                        } else {
-                            table.snapshot()
+                    if reads_table {
+                        table.enable_log()?;
+                    }
+                    // A new job starts from the current rows; a resuming one from where
+                    // its checkpoint left the table's log (a view it reads is restored to
+                    // the same epoch as the job, so it needs only the view's changes).
+                    let (snapshot, receivers) = table.changes().subscribe(|last| {
+                        if !state.resume {
+                            return table.snapshot();
                         }
+                        if !reads_table {
+                            return Ok(vec![]);
+                        }
+                        let (position, _) = log_positions.get(&f).ok_or_else(|| {
+                            crate::error::EddyError::internal(format!(
+                                "job {name} has no position in the change log of {}",
+                                relation.name
+                            ))
+                        })?;
+                        table.logged_changes_after(*position, last.unwrap_or(0))
                     })?;
-                    if relation.kind == RelationKind::Table {
+                    if reads_table {
                         tables.push(table.clone());
                     }
                     Some((
@@ -475,17 +520,24 @@ impl JobRegistry {
                         })?;
                         let (tx, rx) = unbounded_channel();
                         injectors.push(tx);
-                        TaskInput::Merge {
+                        let mut generator = watermark
+                            .clone()
+                            .map(super::watermark::WatermarkGenerator::new);
+                        if let (Some(generator), Some((_, Some(w)))) =
+                            (&mut generator, log_positions.get(&f))
+                        {
+                            generator.restore(w)?;
+                        }
+                        TaskInput::Merge(MergeInput {
                             snapshot,
                             projection: projection.clone(),
                             inputs: Box::new(AlignedInputs::new(receivers)),
-                            watermark: watermark
-                                .clone()
-                                .map(super::watermark::WatermarkGenerator::new),
+                            watermark: generator,
                             injector: Some(rx),
-                        }
+                            table_log: reads_table.then_some(f),
+                        })
                     }
-                    FragmentInput::Upstream(_) => TaskInput::Merge {
+                    FragmentInput::Upstream(_) => TaskInput::Merge(MergeInput {
                         snapshot: vec![],
                         projection: None,
                         inputs: Box::new(AlignedInputs::with_inputs(
@@ -494,7 +546,8 @@ impl JobRegistry {
                         )),
                         watermark: None,
                         injector: None,
-                    },
+                        table_log: None,
+                    }),
                 };
                 let chain = fragment
                     .chain
@@ -554,14 +607,32 @@ impl JobRegistry {
                             .iter()
                             .map(|ids| ids.iter().map(|id| operator_state(*id, subtask)).collect())
                             .collect(),
-                        positions: source_table
-                            .map(|id| SourcePositions::new(operator_state(id, subtask))),
+                        positions: match source_table {
+                            Some(id) => Some(SourcePositions::new(operator_state(id, subtask))),
+                            None => reads_table
+                                .then(|| SourcePositions::new(log_positions_state.clone())),
+                        },
                         chain,
                         output: task_output,
                         terminal_subtask: (f == last).then_some(subtask),
                     },
                 ));
             }
+        }
+        if state_tables.len() >= TABLE_LOG_POSITIONS_ORDINAL as usize {
+            return Err(crate::error::EddyError::new(
+                crate::error::sqlstate::FEATURE_NOT_SUPPORTED,
+                format!(
+                    "a job with more than {TABLE_LOG_POSITIONS_ORDINAL} stateful operators is not supported"
+                ),
+            ));
+        }
+        if !tables.is_empty() {
+            state_tables.push((
+                table_log_positions_id(state.relation_id),
+                0,
+                "table log positions".to_string(),
+            ));
         }
         let job = Arc::new(JobInfo {
             name: name.to_string(),

@@ -29,6 +29,9 @@ pub struct Barrier {
     pub epoch: u64,
     /// The sender's last message: its stream has ended and the channel closes after it.
     pub is_final: bool,
+    /// From a logged table's change log: the number of its last log entry before this
+    /// barrier (where a job reading the table resumes after this epoch's checkpoint).
+    pub log_position: Option<u64>,
 }
 
 impl Barrier {
@@ -36,6 +39,7 @@ impl Barrier {
         Self {
             epoch,
             is_final: false,
+            log_position: None,
         }
     }
 

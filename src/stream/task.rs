@@ -37,17 +37,23 @@ pub enum TaskInput {
         watermark: Option<WatermarkGenerator>,
     },
     /// Reads channels (from upstream tasks or a change log), after an optional snapshot.
-    Merge {
-        snapshot: Vec<StreamChunk>,
-        projection: Option<Vec<usize>>,
-        inputs: Box<AlignedInputs>,
-        /// For a change log of a table with `WATERMARK FOR`.
-        watermark: Option<WatermarkGenerator>,
-        /// For a change log: the coordinator's barriers, which end the stream once the
-        /// log has ended (a view whose job finished). While the log is open its own
-        /// barriers count and these are ignored.
-        injector: Option<UnboundedReceiver<Barrier>>,
-    },
+    Merge(MergeInput),
+}
+
+/// See [`TaskInput::Merge`].
+pub struct MergeInput {
+    pub snapshot: Vec<StreamChunk>,
+    pub projection: Option<Vec<usize>>,
+    pub inputs: Box<AlignedInputs>,
+    /// For a change log of a table with `WATERMARK FOR`.
+    pub watermark: Option<WatermarkGenerator>,
+    /// For a change log: the coordinator's barriers, which end the stream once the
+    /// log has ended (a view whose job finished). While the log is open its own
+    /// barriers count and these are ignored.
+    pub injector: Option<UnboundedReceiver<Barrier>>,
+    /// For a change log of a table: the key under which this stream's position in
+    /// the table's log is recorded at barriers (in the task's `positions`).
+    pub table_log: Option<usize>,
 }
 
 pub enum TaskOutput {
@@ -165,6 +171,27 @@ impl SourcePositions {
         Ok(())
     }
 
+    /// Stages a change stream's position in its table's log (and its watermark) under
+    /// `key` for the next write.
+    fn stage_log_position(
+        &mut self,
+        key: usize,
+        position: u64,
+        watermark: &Option<WatermarkGenerator>,
+    ) -> Result<()> {
+        let mut value = position.to_le_bytes().to_vec();
+        if let Some(w) = watermark
+            .as_ref()
+            .map(|g| g.encode())
+            .transpose()?
+            .flatten()
+        {
+            value.extend_from_slice(&w);
+        }
+        self.staged.push((key, value));
+        Ok(())
+    }
+
     fn write(&mut self, batch: &mut WriteBatch) {
         for (split, value) in self.staged.drain(..) {
             self.state
@@ -213,13 +240,14 @@ impl Task {
     pub async fn run(mut self, job: Arc<JobInfo>) {
         let mut input = std::mem::replace(
             &mut self.input,
-            TaskInput::Merge {
+            TaskInput::Merge(MergeInput {
                 snapshot: vec![],
                 projection: None,
                 inputs: Box::new(AlignedInputs::new(vec![])),
                 watermark: None,
                 injector: None,
-            },
+                table_log: None,
+            }),
         );
         let result = self.run_input(&job, &mut input).await;
         if let Err(e) = result {
@@ -269,23 +297,7 @@ impl Task {
                 )
                 .await
             }
-            TaskInput::Merge {
-                snapshot,
-                projection,
-                inputs,
-                watermark,
-                injector,
-            } => {
-                self.run_merge(
-                    job,
-                    std::mem::take(snapshot),
-                    projection,
-                    inputs,
-                    watermark,
-                    injector,
-                )
-                .await
-            }
+            TaskInput::Merge(merge) => self.run_merge(job, merge).await,
         }
     }
 
@@ -536,17 +548,27 @@ impl Task {
         Ok(true)
     }
 
-    async fn run_merge(
-        &mut self,
-        job: &JobInfo,
-        snapshot: Vec<StreamChunk>,
-        projection: &Option<Vec<usize>>,
-        inputs: &mut AlignedInputs,
-        watermark: &mut Option<WatermarkGenerator>,
-        injector: &mut Option<UnboundedReceiver<Barrier>>,
-    ) -> Result<()> {
+    async fn run_merge(&mut self, job: &JobInfo, merge: &mut MergeInput) -> Result<()> {
+        let snapshot = std::mem::take(&mut merge.snapshot);
+        let MergeInput {
+            projection,
+            inputs,
+            watermark,
+            injector,
+            table_log,
+            ..
+        } = merge;
+        let table_log = *table_log;
         let mut stop = job.stop_receiver();
+        // Rows read from a table (its rows, or the logged changes a resuming job missed,
+        // then its changes) count as the job's input, as a source's do.
+        let count_read = |rows: usize| {
+            if table_log.is_some() {
+                job.rows_read.fetch_add(rows as u64, Ordering::Relaxed);
+            }
+        };
         for chunk in snapshot {
+            count_read(chunk.num_rows());
             if !self
                 .ingest(job, 0, chunk, projection, watermark, Instant::now())
                 .await?
@@ -579,6 +601,7 @@ impl Task {
                     }
                 }
                 Some((input, Message::Chunk(chunk))) => {
+                    count_read(chunk.num_rows());
                     if !self
                         .ingest(job, input, chunk, projection, watermark, Instant::now())
                         .await?
@@ -587,6 +610,15 @@ impl Task {
                     }
                 }
                 Some((_, Message::Barrier(barrier))) => {
+                    if let (Some(key), Some(position), Some(positions)) =
+                        (table_log, barrier.log_position, &mut self.positions)
+                    {
+                        positions.stage_log_position(key, position, watermark)?;
+                    }
+                    let barrier = Barrier {
+                        log_position: None,
+                        ..barrier
+                    };
                     if !self.barrier(job, barrier).await? {
                         return Ok(());
                     }
