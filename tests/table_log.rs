@@ -147,3 +147,84 @@ async fn views_over_tables_resume_from_their_checkpoint_reading_only_the_changes
     let read = job_rows_read(&client, "cust_events").await;
     assert!(read < ROWS / 4, "the join replayed {read} rows");
 }
+
+/// Opens the stopped server's catalog to change what it recorded.
+fn edit_catalog(data_dir: &std::path::Path, edit: impl FnOnce(&eddy::catalog::Catalog)) {
+    let store = std::sync::Arc::new(
+        eddy::state::StateStore::open(&data_dir.join("state"), 1 << 20).unwrap(),
+    );
+    edit(&eddy::catalog::Catalog::load(store).unwrap());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_job_resumes_only_if_its_query_still_plans_to_the_stored_state_tables() {
+    let temp = tempfile::tempdir().unwrap();
+    let data_dir = temp.path().join("data");
+    let args = ["--barrier-interval-ms", "600000"];
+    let mut server = TestServer::start_in_with_args(&data_dir, &args);
+    let client = server.connect().await;
+    let queries = [
+        (
+            "a",
+            "SELECT k % 10 AS g, count(*) AS n, sum(v) AS total FROM t GROUP BY k % 10",
+        ),
+        (
+            "b",
+            "SELECT max(v) AS top, min(v) AS low, count(DISTINCT k % 7) AS sevens FROM t",
+        ),
+    ];
+    client
+        .batch_execute(&format!(
+            "CREATE TABLE t (k INT PRIMARY KEY, v DECIMAL(10,2));
+             INSERT INTO t SELECT x, x / 8.0 FROM generate_series(1, {ROWS}) AS g(x);"
+        ))
+        .await
+        .unwrap();
+    for (name, query) in queries {
+        client
+            .batch_execute(&format!("CREATE MATERIALIZED VIEW {name} AS {query}"))
+            .await
+            .unwrap();
+    }
+    client.batch_execute("FLUSH").await.unwrap();
+    server.terminate();
+
+    // `a` as a catalog written before layouts were recorded; `b` as if the same SQL now
+    // planned to other operators than its state was written by.
+    let mut recorded = vec![];
+    edit_catalog(&data_dir, |catalog| {
+        for (name, _) in queries {
+            recorded.push(catalog.get(name).unwrap().state_layout);
+        }
+        assert!(recorded.iter().all(|l| !l.is_empty()), "{recorded:?}");
+        catalog.set_state_layout("a", vec![]).unwrap();
+        catalog
+            .set_state_layout("b", vec!["HashAgg(another operator)".into()])
+            .unwrap();
+    });
+    let mut server = TestServer::start_in_with_args(&data_dir, &args);
+    let client = server.connect().await;
+    client
+        .batch_execute("UPDATE t SET v = v + 100 WHERE k % 1000 = 3; DELETE FROM t WHERE k < 5")
+        .await
+        .unwrap();
+    client.batch_execute("FLUSH").await.unwrap();
+    let resumed = job_rows_read(&client, "a").await;
+    assert!(resumed > 0 && resumed < ROWS / 4, "a resumed: {resumed}");
+    let afresh = job_rows_read(&client, "b").await;
+    assert!(
+        afresh >= ROWS - 5,
+        "b started afresh from the table: {afresh}"
+    );
+    for (name, query) in queries {
+        let streamed = view_rows(&client, &format!("SELECT * FROM {name}")).await;
+        assert_same(name, &streamed, &view_rows(&client, query).await);
+    }
+    server.terminate();
+    // Both now record the layout they run with.
+    edit_catalog(&data_dir, |catalog| {
+        for ((name, _), layout) in queries.iter().zip(&recorded) {
+            assert_eq!(&catalog.get(name).unwrap().state_layout, layout);
+        }
+    });
+}

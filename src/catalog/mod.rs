@@ -91,6 +91,12 @@ pub struct Relation {
     /// A materialized view declared `EMIT ON WINDOW CLOSE`.
     #[serde(default)]
     pub emit_on_window_close: bool,
+    /// A materialized view's or sink's internal state tables as its job was planned, in
+    /// id order (`StreamGraph::state_layout`): a restart resumes from the job's state only
+    /// if planning the query again gives the same tables, so restored state is never
+    /// attached to another operator. Empty in catalogs written before it was recorded.
+    #[serde(default)]
+    pub state_layout: Vec<String>,
 }
 
 impl Relation {
@@ -258,18 +264,28 @@ impl Catalog {
 
     /// Records a job's new parallelism (`ALTER ... SET PARALLELISM`).
     pub fn set_parallelism(&self, name: &str, parallelism: usize) -> Result<Relation> {
+        self.update(name, |r| r.parallelism = Some(parallelism))
+    }
+
+    /// Changes a relation and stores it.
+    fn update(&self, name: &str, change: impl FnOnce(&mut Relation)) -> Result<Relation> {
         let mut state = self.state.write();
         let rel = state
             .relations
             .get_mut(name)
             .ok_or_else(|| EddyError::undefined_table(name))?;
         let mut updated = rel.clone();
-        updated.parallelism = Some(parallelism);
+        change(&mut updated);
         let mut wb = WriteBatch::default();
         wb.put(relation_key(updated.id), encode_json(&updated)?);
         self.store.write(wb)?;
         *rel = updated.clone();
         Ok(updated)
+    }
+
+    /// Records the state layout a job now runs with (see [`Relation::state_layout`]).
+    pub fn set_state_layout(&self, name: &str, layout: Vec<String>) -> Result<Relation> {
+        self.update(name, |r| r.state_layout = layout)
     }
 
     /// Removes a relation. Fails if another relation depends on it.

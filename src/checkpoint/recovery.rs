@@ -124,26 +124,19 @@ pub async fn prepare(config: &Config, storage: &CheckpointStorage) -> Result<Opt
     }))
 }
 
-/// Whether the jobs of a region (see `session::failover::region`) can resume from the
-/// state the store holds for them, all together: a job reading a table needs its
-/// positions in the table's change log, which a job run by an Eddy without table change
-/// logs never recorded. One that cannot resume starts afresh, and so must the rest of
-/// its region (it would feed them, or be fed, twice).
-pub fn region_resumable(
+/// Whether a job that reads tables recorded its positions in their change logs (a job
+/// run by an Eddy without table change logs did not, and cannot resume from its state).
+/// True for a job reading no table.
+pub fn table_positions_recorded(
     store: &Arc<StateStore>,
-    region: &[Relation],
+    job: &Relation,
     all: &[Relation],
 ) -> Result<bool> {
-    for job in region {
-        let reads_table = job.depends_on.iter().any(|id| {
-            all.iter()
-                .any(|r| r.id == *id && r.kind == RelationKind::Table)
-        });
-        if reads_table && !crate::stream::job::has_table_log_positions(store, job.id)? {
-            return Ok(false);
-        }
-    }
-    Ok(true)
+    let reads_table = job.depends_on.iter().any(|id| {
+        all.iter()
+            .any(|r| r.id == *id && r.kind == RelationKind::Table)
+    });
+    Ok(!reads_table || crate::stream::job::has_table_log_positions(store, job.id)?)
 }
 
 /// Puts back the checkpoint's state of every materialized view and sink in the live

@@ -125,6 +125,7 @@ pub(super) async fn create_table(
         watermark: None,
         parallelism: None,
         emit_on_window_close: false,
+        state_layout: vec![],
     };
     if let Some(extras) = extras {
         if let Some((column, expression)) = &extras.watermark {
@@ -372,6 +373,7 @@ pub(super) async fn create_view(session: &Session, view: CreateView) -> Result<O
         watermark: None,
         parallelism: None,
         emit_on_window_close: false,
+        state_layout: vec![],
     })?;
     Ok(Outcome::command("CREATE VIEW"))
 }

@@ -126,7 +126,7 @@ async fn restart_region(engine: &Engine, name: &str, attempt: u64) -> Result<()>
     }
     std::mem::drop(staging);
     let resume =
-        covered && crate::checkpoint::recovery::region_resumable(&engine.store, &jobs, &relations)?;
+        covered && super::materialized_views::region_can_resume(engine, &jobs, &relations).await?;
     let mut reads_changes = false;
     for r in &jobs {
         reads_changes |= restart_job(engine, r, resume).await?;

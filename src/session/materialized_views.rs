@@ -184,6 +184,7 @@ pub(super) async fn create(
         watermark: None,
         parallelism: session.chosen_streaming_parallelism()?,
         emit_on_window_close,
+        state_layout: graph.state_layout()?,
     })?;
     let table = engine.schema_provider.state_table_for(&rel)?;
     start_job(engine, &rel, &graph, JobOutput::View(table), false).await?;
@@ -252,6 +253,17 @@ pub async fn restart_all(engine: &Engine) -> Result<()> {
     relations.sort_by_key(|r| r.id);
     let paused = engine.checkpoints.pause().await;
     let mut reads_changes = false;
+    // Per job: whether it can resume (asked once, for every region it is part of).
+    let mut can_resume: std::collections::HashMap<u32, bool> = Default::default();
+    for rel in &relations {
+        if matches!(
+            rel.kind,
+            RelationKind::MaterializedView | RelationKind::Sink
+        ) && engine.restored.is_some()
+        {
+            can_resume.insert(rel.id, job_can_resume(engine, rel, &relations).await?);
+        }
+    }
     for rel in &relations {
         if !matches!(
             rel.kind,
@@ -266,7 +278,7 @@ pub async fn restart_all(engine: &Engine) -> Result<()> {
             .restored
             .as_ref()
             .is_some_and(|m| region.iter().all(|r| m.jobs.contains(&r.name)))
-            && crate::checkpoint::recovery::region_resumable(&engine.store, &region, &relations)?;
+            && region.iter().all(|r| can_resume.get(&r.id) == Some(&true));
         reads_changes |= restart_job(engine, rel, resume).await?;
     }
     std::mem::drop(paused);
@@ -274,6 +286,54 @@ pub async fn restart_all(engine: &Engine) -> Result<()> {
         engine.checkpoints.run_round().await;
     }
     Ok(())
+}
+
+/// Whether a job can resume from the state the store holds for it: it recorded its
+/// positions in the logs of the tables it reads, and its query still plans to the state
+/// tables that state was written for (a job whose layout was not recorded, by an older
+/// Eddy, is trusted). A region resumes only if all its jobs can: one started afresh
+/// would feed the others, or be fed, twice.
+async fn job_can_resume(engine: &Engine, rel: &Relation, relations: &[Relation]) -> Result<bool> {
+    if !crate::checkpoint::recovery::table_positions_recorded(&engine.store, rel, relations)? {
+        return Ok(false);
+    }
+    if rel.state_layout.is_empty() {
+        return Ok(true);
+    }
+    let parallelism = rel.parallelism.unwrap_or(engine.jobs.worker_count());
+    let (_, graph) = plan_graph(
+        engine,
+        &rel.definition,
+        parallelism,
+        rel.emit_on_window_close,
+    )
+    .await?;
+    let layout = graph.state_layout()?;
+    if layout != rel.state_layout {
+        tracing::warn!(
+            job = %rel.name,
+            stored = ?rel.state_layout,
+            planned = ?layout,
+            "the query now plans to other state tables than its stored state was written \
+             for: it starts afresh"
+        );
+        return Ok(false);
+    }
+    Ok(true)
+}
+
+/// [`job_can_resume`] for every job of a region.
+pub(super) async fn region_can_resume(
+    engine: &Engine,
+    region: &[Relation],
+    relations: &[Relation],
+) -> Result<bool> {
+    for rel in region {
+        if !job_can_resume(engine, rel, relations).await? {
+            return Ok(false);
+        }
+    }
+    Ok(true)
 }
 
 /// Deletes a job's internal state (aggregates, source positions): it starts afresh.
@@ -299,6 +359,12 @@ pub(super) async fn restart_job(engine: &Engine, rel: &Relation, resume: bool) -
         rel.emit_on_window_close,
     )
     .await?;
+    // What the job's state is now written for (recorded for catalogs without it, or
+    // after a layout change made the job start afresh).
+    let layout = graph.state_layout()?;
+    if layout != rel.state_layout {
+        engine.catalog.set_state_layout(&rel.name, layout)?;
+    }
     let output = match rel.kind {
         RelationKind::MaterializedView => {
             let table = engine.schema_provider.state_table_for(rel)?;
@@ -374,8 +440,7 @@ pub(super) async fn alter_parallelism(
     }
     engine.catalog.set_parallelism(&rel.name, parallelism)?;
     let mut reads_changes = false;
-    let resume =
-        crate::checkpoint::recovery::region_resumable(&engine.store, &affected, &relations)?;
+    let resume = region_can_resume(engine, &affected, &relations).await?;
     for r in &affected {
         let r = engine.catalog.get_by_id(r.id).unwrap_or_else(|| r.clone());
         reads_changes |= restart_job(engine, &r, resume).await?;

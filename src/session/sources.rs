@@ -37,6 +37,7 @@ pub(super) fn create_source(session: &Session, create: CreateSource) -> Result<O
         watermark: None,
         parallelism: None,
         emit_on_window_close: false,
+        state_layout: vec![],
     };
     if let Some((column, expression)) = &create.watermark {
         rel.watermark = Some(watermark_spec(&rel, column, expression)?);

@@ -120,6 +120,30 @@ pub struct StreamGraph {
 }
 
 impl StreamGraph {
+    /// The job's internal state tables in the order their ids are given (see
+    /// `JobRegistry::spawn`): each connector source's positions, then each stateful
+    /// operator's tables, fragment by fragment — each described by what keeps it. The
+    /// fragments' parallelism does not change it.
+    pub fn state_layout(&self) -> Result<Vec<String>> {
+        let mut layout = Vec::new();
+        for fragment in &self.fragments {
+            if let FragmentInput::Connector { source, .. } = &fragment.input {
+                layout.push(format!("positions of {}", source.name));
+            }
+            for spec in &fragment.chain {
+                let tables = (spec.build)()?.state_tables();
+                for k in 0..tables {
+                    layout.push(if tables > 1 {
+                        format!("{} (table {k})", spec.describe)
+                    } else {
+                        spec.describe.clone()
+                    });
+                }
+            }
+        }
+        Ok(layout)
+    }
+
     /// The text `EXPLAIN CREATE MATERIALIZED VIEW` prints: one block per fragment, the
     /// output first.
     pub fn explain(&self, terminal: Terminal) -> Vec<String> {
