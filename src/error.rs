@@ -6,6 +6,7 @@
 
 use datafusion::error::DataFusionError;
 use std::fmt;
+use std::sync::Arc;
 
 /// SQLSTATE codes Eddy reports (PostgreSQL's appendix A).
 pub mod sqlstate {
@@ -35,12 +36,27 @@ pub mod sqlstate {
     pub const IO_ERROR: &str = "58030";
 }
 
-/// An error a statement failed with: a SQLSTATE and a message a person can act on.
-#[derive(Debug, Clone, PartialEq, Eq)]
+/// An error a statement or a job failed with: a SQLSTATE, a message a person can act on,
+/// and the error that caused it, if any (a RocksDB, I/O, object store or client library
+/// error, or another `EddyError` given context with [`EddyError::context`]). The chain
+/// is kept as errors, not flattened into text: [`EddyError::report`] writes all of it
+/// for logs and `eddy_catalog.jobs`, and `std::error::Error::source` walks it.
+#[derive(Debug, Clone)]
 pub struct EddyError {
     pub code: &'static str,
     pub message: String,
+    source: Option<Arc<dyn std::error::Error + Send + Sync + 'static>>,
 }
+
+/// Two errors are equal when the client would see the same thing (the causes are not
+/// compared).
+impl PartialEq for EddyError {
+    fn eq(&self, other: &Self) -> bool {
+        self.code == other.code && self.message == other.message
+    }
+}
+
+impl Eq for EddyError {}
 
 pub type Result<T, E = EddyError> = std::result::Result<T, E>;
 
@@ -49,7 +65,51 @@ impl EddyError {
         Self {
             code,
             message: message.into(),
+            source: None,
         }
+    }
+
+    /// An error caused by `source`, whose text the message need not repeat.
+    pub fn caused_by(
+        code: &'static str,
+        message: impl Into<String>,
+        source: impl std::error::Error + Send + Sync + 'static,
+    ) -> Self {
+        Self {
+            code,
+            message: message.into(),
+            source: Some(Arc::new(source)),
+        }
+    }
+
+    /// This error as the cause of a new one saying what was being done (`uploading the
+    /// checkpoint of epoch 7`); the SQLSTATE stays, the message becomes
+    /// `what: <this message>`.
+    pub fn context(self, what: impl fmt::Display) -> Self {
+        Self {
+            code: self.code,
+            message: format!("{what}: {}", self.message),
+            source: Some(Arc::new(self)),
+        }
+    }
+
+    /// The message and every cause below it that it does not already spell out, joined
+    /// by `: ` — what logs and `eddy_catalog.jobs` show.
+    pub fn report(&self) -> String {
+        let mut text = self.message.clone();
+        let mut cause = std::error::Error::source(self);
+        while let Some(e) = cause {
+            let part = match e.downcast_ref::<EddyError>() {
+                Some(eddy) => eddy.message.clone(),
+                None => e.to_string(),
+            };
+            if !text.contains(&part) {
+                text.push_str(": ");
+                text.push_str(&part);
+            }
+            cause = e.source();
+        }
+        text
     }
 
     pub fn syntax(message: impl Into<String>) -> Self {
@@ -170,7 +230,13 @@ impl fmt::Display for EddyError {
     }
 }
 
-impl std::error::Error for EddyError {}
+impl std::error::Error for EddyError {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        self.source
+            .as_deref()
+            .map(|e| e as &(dyn std::error::Error + 'static))
+    }
+}
 
 impl From<DataFusionError> for EddyError {
     fn from(e: DataFusionError) -> Self {
@@ -186,13 +252,19 @@ impl From<arrow::error::ArrowError> for EddyError {
 
 impl From<rocksdb::Error> for EddyError {
     fn from(e: rocksdb::Error) -> Self {
-        Self::new(sqlstate::IO_ERROR, format!("storage error: {e}"))
+        Self::caused_by(sqlstate::IO_ERROR, format!("storage error: {e}"), e)
     }
 }
 
 impl From<std::io::Error> for EddyError {
     fn from(e: std::io::Error) -> Self {
-        Self::new(sqlstate::IO_ERROR, format!("I/O error: {e}"))
+        Self::caused_by(sqlstate::IO_ERROR, format!("I/O error: {e}"), e)
+    }
+}
+
+impl From<object_store::Error> for EddyError {
+    fn from(e: object_store::Error) -> Self {
+        Self::caused_by(sqlstate::IO_ERROR, format!("object store: {e}"), e)
     }
 }
 
@@ -275,4 +347,41 @@ fn clean_message(m: &str) -> String {
         .unwrap_or(s)
         .trim()
         .to_string()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::error::Error;
+
+    #[test]
+    fn causes_are_kept_and_reported() {
+        let io = std::io::Error::new(std::io::ErrorKind::PermissionDenied, "no access");
+        let err = EddyError::from(io).context("uploading sst/000012.sst");
+        let err = err.context("checkpoint of epoch 7 not committed");
+        assert_eq!(err.code, sqlstate::IO_ERROR);
+        assert_eq!(
+            err.report(),
+            "checkpoint of epoch 7 not committed: uploading sst/000012.sst: I/O error: no access"
+        );
+        // Walk the chain down to the I/O error itself.
+        let mut depth = 0;
+        let mut cause = err.source();
+        let mut last = None;
+        while let Some(e) = cause {
+            depth += 1;
+            last = Some(e.to_string());
+            cause = e.source();
+        }
+        assert_eq!(depth, 3);
+        assert_eq!(last.as_deref(), Some("no access"));
+        // A cause the message does not spell out is added to the report.
+        let quiet = EddyError::caused_by(
+            sqlstate::IO_ERROR,
+            "sink \"s\" cannot write",
+            std::io::Error::other("broken pipe"),
+        );
+        assert_eq!(quiet.report(), "sink \"s\" cannot write: broken pipe");
+        assert_eq!(quiet.message, "sink \"s\" cannot write");
+    }
 }

@@ -13,7 +13,7 @@
 use super::manifest::{CheckpointFile, Manifest};
 use super::storage::CheckpointStorage;
 use crate::catalog::Catalog;
-use crate::error::Result;
+use crate::error::{EddyError, Result};
 use crate::state::{ServingEpoch, ServingSnapshot, StateStore};
 use crate::stream::job::JobRegistry;
 use bytes::Bytes;
@@ -353,8 +353,13 @@ impl Coordinator {
                 format!("epochs/{}/{name}", epoch_dir_name(staged.epoch))
             };
             if !is_table_file || !uploaded.contains(&name) {
-                let data = tokio::fs::read(&path).await?;
-                self.storage.put(&object, Bytes::from(data)).await?;
+                let data = tokio::fs::read(&path).await.map_err(|e| {
+                    EddyError::from(e).context(format!("reading {}", path.display()))
+                })?;
+                self.storage
+                    .put(&object, Bytes::from(data))
+                    .await
+                    .map_err(|e| e.context(format!("uploading {object}")))?;
                 uploaded_bytes += size;
                 uploaded_files += 1;
                 if is_table_file {
@@ -521,11 +526,17 @@ async fn upload_loop(coordinator: Weak<Coordinator>, mut uploads: UnboundedRecei
                         }
                     }
                     Ok(None) => {}
-                    Err(e) => tracing::warn!("checkpoint garbage collection failed: {e}"),
+                    Err(e) => {
+                        tracing::warn!("checkpoint garbage collection failed: {}", e.report())
+                    }
                 }
             }
             Err(e) => {
-                tracing::warn!("checkpoint of epoch {} not committed: {e}", staged.epoch);
+                tracing::warn!(
+                    "checkpoint of epoch {} not committed: {}",
+                    staged.epoch,
+                    e.report()
+                );
                 let _ = std::fs::remove_dir_all(&staged.dir);
                 coordinator.settle(staged.epoch);
                 coordinator.record(CheckpointRecord {
@@ -536,7 +547,7 @@ async fn upload_loop(coordinator: Weak<Coordinator>, mut uploads: UnboundedRecei
                     uploaded_files: 0,
                     total_files: 0,
                     state_bytes: 0,
-                    error: Some(e.message),
+                    error: Some(e.report()),
                 });
             }
         }

@@ -30,7 +30,11 @@ pub struct CheckpointStorage {
 }
 
 fn storage_error(e: object_store::Error) -> EddyError {
-    EddyError::internal(format!("checkpoint storage: {e}"))
+    EddyError::caused_by(
+        crate::error::sqlstate::IO_ERROR,
+        format!("checkpoint storage: {e}"),
+        e,
+    )
 }
 
 impl CheckpointStorage {

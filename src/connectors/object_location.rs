@@ -60,10 +60,7 @@ impl ObjectLocation {
 }
 
 pub fn object_store_error(e: object_store::Error) -> EddyError {
-    EddyError::new(
-        crate::error::sqlstate::IO_ERROR,
-        format!("object store: {e}"),
-    )
+    EddyError::from(e)
 }
 
 /// An S3 client for `bucket`.

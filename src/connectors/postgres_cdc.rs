@@ -121,13 +121,14 @@ impl CdcSpec {
     }
 
     fn failed(&self, what: &str, e: tokio_postgres::Error) -> EddyError {
-        EddyError::new(
+        EddyError::caused_by(
             sqlstate::IO_ERROR,
             format!(
                 "postgres-cdc {}: {what}: {}",
                 self.address(),
                 super::sink::postgres::error_text(&e)
             ),
+            e,
         )
     }
 

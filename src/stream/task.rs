@@ -251,7 +251,7 @@ impl Task {
         );
         let result = self.run_input(&job, &mut input).await;
         if let Err(e) = result {
-            job.fail(e.message.clone());
+            job.fail(e.report());
         }
         if let TaskOutput::Materialize {
             table, publisher, ..

@@ -140,7 +140,7 @@ impl Target {
     }
 
     fn unreachable(&self, e: tokio_postgres::Error) -> EddyError {
-        EddyError::new(
+        EddyError::caused_by(
             sqlstate::IO_ERROR,
             format!(
                 "sink \"{}\": cannot reach PostgreSQL at {}: {}",
@@ -148,6 +148,7 @@ impl Target {
                 self.address,
                 error_text(&e)
             ),
+            e,
         )
     }
 
