@@ -558,3 +558,201 @@ async fn kafka_upsert_and_debezium_tables_follow_their_topics_across_a_kill() {
             .contains("needs a PRIMARY KEY")
     );
 }
+
+/// The events' Avro schema, version 1, and version 2 with a field added (with a default,
+/// as compatible evolution requires).
+const AVRO_V1: &str = r#"{"type": "record", "name": "event", "fields": [
+    {"name": "id", "type": "long"},
+    {"name": "k", "type": "int"},
+    {"name": "price", "type": {"type": "bytes", "logicalType": "decimal", "precision": 10, "scale": 2}},
+    {"name": "ts", "type": {"type": "long", "logicalType": "timestamp-millis"}},
+    {"name": "name", "type": ["null", "string"], "default": null}]}"#;
+
+fn avro_v2() -> String {
+    AVRO_V1.replace(
+        r#""default": null}]}"#,
+        r#""default": null}, {"name": "channel", "type": ["null", "string"], "default": null}]}"#,
+    )
+}
+
+/// An event in Confluent's wire format: magic byte, schema id, Avro record.
+fn to_avro(schema: &apache_avro::Schema, id: u32, e: &Event, channel: bool) -> Vec<u8> {
+    use apache_avro::types::Value;
+    let optional = |s: Option<String>| match s {
+        Some(s) => Value::Union(1, Box::new(Value::String(s))),
+        None => Value::Union(0, Box::new(Value::Null)),
+    };
+    let mut fields = vec![
+        ("id".to_string(), Value::Long(e.id)),
+        ("k".to_string(), Value::Int(e.k)),
+        (
+            "price".to_string(),
+            Value::Decimal(apache_avro::Decimal::from(
+                (e.price_cents as i64).to_be_bytes().to_vec(),
+            )),
+        ),
+        (
+            "ts".to_string(),
+            Value::TimestampMillis((1_704_067_200 + e.second) * 1000),
+        ),
+        ("name".to_string(), optional(e.name.clone())),
+    ];
+    if channel {
+        fields.push((
+            "channel".to_string(),
+            optional(Some(format!("c{}", e.id % 3))),
+        ));
+    }
+    let mut out = vec![0u8];
+    out.extend_from_slice(&id.to_be_bytes());
+    out.extend(apache_avro::to_avro_datum(schema, Value::Record(fields)).unwrap());
+    out
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn kafka_avro_source_with_a_schema_registry_is_exact_across_a_kill() {
+    use crate::common::schema_registry::SchemaRegistryServer;
+    let broker = KafkaBroker::start();
+    broker.create_topic("avro_events", 2);
+    let registry = SchemaRegistryServer::start();
+    let v1 = apache_avro::Schema::parse_str(AVRO_V1).unwrap();
+    let v1_id = registry.register("avro_events-value", AVRO_V1);
+    let total = 4000i64;
+    let events: Vec<Event> = (1..=total).map(event).collect();
+    let (first, rest) = events.split_at(1500);
+    let messages = |events: &[Event], schema: &apache_avro::Schema, id: u32, channel: bool| {
+        events
+            .iter()
+            .map(|e| ((e.id % 2) as i32, to_avro(schema, id, e, channel)))
+            .collect::<Vec<_>>()
+    };
+    broker.produce_bytes("avro_events", &messages(first, &v1, v1_id, false));
+
+    let temp = tempfile::tempdir().unwrap();
+    let data_dir = temp.path().join("data");
+    let args = ["--barrier-interval-ms", "200"];
+    let mut server = TestServer::start_in_with_args(&data_dir, &args);
+    let client = server.connect().await;
+    let with = format!(
+        "WITH (connector = 'kafka', topic = 'avro_events', properties.bootstrap.server = '{}', \
+         scan.startup.mode = 'earliest')",
+        broker.address
+    );
+    // Errors first: no registry named, a subject the registry lacks, a column the schema
+    // lacks, an unreachable registry.
+    for (sql, expected) in [
+        (
+            format!("CREATE SOURCE bad {with} FORMAT PLAIN ENCODE AVRO"),
+            "schema.registry",
+        ),
+        (
+            format!(
+                "CREATE SOURCE bad WITH (connector = 'kafka', topic = 'nothing', \
+                 properties.bootstrap.server = '{}') FORMAT PLAIN ENCODE AVRO (schema.registry = '{}')",
+                broker.address, registry.url
+            ),
+            "HTTP 404",
+        ),
+        (
+            format!(
+                "CREATE SOURCE bad (id BIGINT, nope INT) {with} FORMAT PLAIN ENCODE AVRO (schema.registry = '{}')",
+                registry.url
+            ),
+            "column \"nope\" is not a field",
+        ),
+        (
+            format!(
+                "CREATE SOURCE bad {with} FORMAT PLAIN ENCODE AVRO (schema.registry = 'http://127.0.0.1:9')"
+            ),
+            "schema registry http://127.0.0.1:9",
+        ),
+    ] {
+        let error = client.batch_execute(&sql).await.unwrap_err();
+        let text = error
+            .as_db_error()
+            .map(|e| e.message().to_string())
+            .unwrap_or_default();
+        assert!(text.contains(expected), "{sql}: {text}");
+    }
+    // No columns declared: they come from the registry's latest schema.
+    client
+        .batch_execute(&format!(
+            "SET streaming_parallelism = 2;
+             CREATE SOURCE avro_events {with} FORMAT PLAIN ENCODE AVRO (schema.registry = '{}');
+             CREATE MATERIALIZED VIEW per_k_avro AS {PER_K} FROM avro_events GROUP BY k;",
+            registry.url
+        ))
+        .await
+        .unwrap();
+    let columns = view_rows(
+        &client,
+        "SELECT column_name, data_type, is_nullable FROM information_schema.columns \
+         WHERE table_name = 'avro_events' ORDER BY ordinal_position",
+    )
+    .await;
+    // (As DataFusion's information_schema names the columns' Arrow types.)
+    let mut expected_columns = vec![
+        vec!["id", "Int64", "YES"],
+        vec!["k", "Int32", "YES"],
+        vec!["name", "Utf8", "YES"],
+        vec!["price", "Decimal128(10, 2)", "YES"],
+        vec!["ts", "Timestamp(µs, \"+00:00\")", "YES"],
+    ];
+    expected_columns.sort();
+    assert_eq!(columns, expected_columns);
+
+    // The producers move to version 2 of the schema (a field added) while the server is
+    // killed; malformed values (not the wire format, truncated) are skipped and counted.
+    let v2_text = avro_v2();
+    let v2 = apache_avro::Schema::parse_str(&v2_text).unwrap();
+    let v2_id = registry.register("avro_events-value", &v2_text);
+    assert_ne!(v1_id, v2_id);
+    let (second, third) = rest.split_at(1000);
+    let mut bad = messages(second, &v2, v2_id, true);
+    bad.push((0, b"{\"id\": 1}".to_vec()));
+    let mut truncated = to_avro(&v2, v2_id, &events[0], true);
+    truncated.truncate(8);
+    bad.push((1, truncated));
+    broker.produce_bytes("avro_events", &bad);
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    server.kill();
+    broker.produce_bytes("avro_events", &messages(third, &v2, v2_id, true));
+    let server = TestServer::start_in_with_args(&data_dir, &args);
+    let client = server.connect().await;
+
+    let deadline = Instant::now() + Duration::from_secs(90);
+    loop {
+        client.batch_execute("FLUSH").await.unwrap();
+        let counted = view_rows(&client, "SELECT coalesce(sum(n), 0) FROM per_k_avro").await;
+        if counted[0][0] == total.to_string() {
+            break;
+        }
+        if Instant::now() > deadline {
+            let jobs = view_rows(
+                &client,
+                "SELECT name, state, error, last_failure, rows_read, malformed_rows FROM eddy_catalog.jobs",
+            )
+            .await;
+            panic!("the view counted {counted:?} of {total} events; jobs: {jobs:?}");
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    let ctx = datafusion::prelude::SessionContext::new();
+    ctx.register_batch("s", batch_of(&events)).unwrap();
+    let expected = sorted_rows_text(
+        &ctx.sql(&format!("{PER_K} FROM s GROUP BY k"))
+            .await
+            .unwrap()
+            .collect()
+            .await
+            .unwrap(),
+    );
+    let view = view_rows(&client, "SELECT * FROM per_k_avro ORDER BY k").await;
+    assert_same("avro view", &view, &expected);
+    let malformed = view_rows(
+        &client,
+        "SELECT malformed_rows FROM eddy_catalog.jobs WHERE name = 'per_k_avro'",
+    )
+    .await;
+    assert_ne!(malformed[0][0], "0", "malformed messages are counted");
+}

@@ -65,6 +65,8 @@ pub enum StartupMode {
 #[derive(Debug, Clone, PartialEq)]
 pub enum PayloadFormat {
     Records(RecordFormat),
+    /// Avro in Confluent's wire format, schemas from a registry.
+    Avro(std::sync::Arc<super::avro::AvroDecoder>),
     /// The raw value, as the one `BYTEA` column.
     Bytes,
 }
@@ -115,6 +117,7 @@ impl KafkaSpec {
                     | "format"
                     | "encode"
                     | "encode.delimiter"
+                    | "encode.schema.registry"
                     | PARTITIONS_OPTION
                     | INCLUDE_OPTION
             ) || key.starts_with("properties.");
@@ -221,6 +224,17 @@ impl KafkaSpec {
                     None => ',',
                 },
             }),
+            Some("avro") => {
+                let url = options
+                    .get("encode.schema.registry")
+                    .or_else(|| options.get("schema.registry"))
+                    .ok_or_else(|| {
+                        invalid("ENCODE AVRO needs its schema registry: ENCODE AVRO (schema.registry = 'http://...')")
+                    })?;
+                PayloadFormat::Avro(std::sync::Arc::new(super::avro::AvroDecoder::new(
+                    super::schema_registry::SchemaRegistry::new(url)?,
+                )))
+            }
             Some("bytes") => {
                 let one_bytea = value_schema.fields().len() == 1
                     && matches!(value_schema.field(0).data_type(), DataType::Binary);
@@ -233,13 +247,13 @@ impl KafkaSpec {
             }
             Some(other) => {
                 return Err(EddyError::not_supported(format!(
-                    "ENCODE {} is not supported for kafka sources yet; use JSON, CSV or BYTES",
+                    "ENCODE {} is not supported for kafka sources yet; use JSON, CSV, AVRO or BYTES",
                     other.to_ascii_uppercase()
                 )));
             }
             None => {
                 return Err(invalid(
-                    "a kafka source needs FORMAT PLAIN ENCODE JSON | CSV | BYTES",
+                    "a kafka source needs FORMAT PLAIN ENCODE JSON | CSV | AVRO | BYTES",
                 ));
             }
         };
@@ -435,7 +449,7 @@ impl KafkaSplit {
                 }
             }
         }
-        let (value_batch, keep) = match self.spec.payload {
+        let (value_batch, keep) = match &self.spec.payload {
             PayloadFormat::Bytes => (
                 RecordBatch::try_new(
                     self.spec.value_schema.clone(),
@@ -445,6 +459,15 @@ impl KafkaSplit {
                 )?,
                 None,
             ),
+            PayloadFormat::Avro(decoder) => {
+                let fields = values
+                    .iter()
+                    .map(|v| decoder.fields(v.as_deref(), &self.spec.value_schema))
+                    .collect::<Result<Vec<_>>>()?;
+                let (batch, keep) = records::cast_fields(&fields, &self.spec.value_schema)?;
+                self.malformed += keep.iter().filter(|k| !*k).count() as u64;
+                (batch, Some(keep))
+            }
             PayloadFormat::Records(format) => {
                 // A message without a value (a tombstone) or not UTF-8 is malformed.
                 let texts: Vec<&str> = values
@@ -455,11 +478,8 @@ impl KafkaSplit {
                             .unwrap_or("\u{0}")
                     })
                     .collect();
-                let (batch, keep) = records::decode_unfiltered(
-                    texts.into_iter(),
-                    &self.spec.value_schema,
-                    &format,
-                )?;
+                let (batch, keep) =
+                    records::decode_unfiltered(texts.into_iter(), &self.spec.value_schema, format)?;
                 self.malformed += keep.iter().filter(|k| !*k).count() as u64;
                 (batch, Some(keep))
             }

@@ -5,6 +5,7 @@
 //! not when a job starts. Each connector produces Arrow batches of the source's schema and
 //! reports its position per split, so a checkpoint can rewind it.
 
+pub mod avro;
 pub mod csv_line;
 pub mod datagen;
 pub mod file;
@@ -16,6 +17,7 @@ pub mod pgoutput;
 pub mod postgres_cdc;
 pub mod processing_time;
 pub mod records;
+pub mod schema_registry;
 pub mod sink;
 
 use crate::error::{EddyError, Result, sqlstate};

@@ -65,7 +65,17 @@ pub fn decode_unfiltered<'a>(
                 .filter(|f| f.len() == width),
         })
         .collect();
-    // Cast column by column; a value that does not cast makes its record malformed.
+    cast_fields(&fields, schema)
+}
+
+/// Records given as the text of each column (`None`: a record that could not be read)
+/// as a batch of `schema`, each column cast as a whole; a value that does not cast makes
+/// its record malformed. Returns which records decoded.
+pub fn cast_fields(
+    fields: &[Option<Vec<Option<String>>>],
+    schema: &SchemaRef,
+) -> Result<(RecordBatch, Vec<bool>)> {
+    let width = schema.fields().len();
     let mut ok: Vec<bool> = fields.iter().map(Option::is_some).collect();
     let mut columns: Vec<ArrayRef> = Vec::with_capacity(width);
     for (c, field) in schema.fields().iter().enumerate() {
@@ -92,7 +102,14 @@ pub fn decode_unfiltered<'a>(
         }
         columns.push(cast);
     }
-    Ok((RecordBatch::try_new(schema.clone(), columns)?, ok))
+    Ok((
+        RecordBatch::try_new_with_options(
+            schema.clone(),
+            columns,
+            &arrow::array::RecordBatchOptions::new().with_row_count(Some(fields.len())),
+        )?,
+        ok,
+    ))
 }
 
 /// A JSON object's fields as text, by column name; `None` when the record is not an

@@ -168,6 +168,14 @@ pub(super) async fn create_table(
                     &rel.arrow_schema(),
                     &connector_options,
                 )?;
+                if matches!(
+                    spec.payload,
+                    crate::connectors::kafka::PayloadFormat::Avro(_)
+                ) {
+                    return Err(EddyError::not_supported(
+                        "ENCODE AVRO is supported for kafka sources only, not yet for tables; use ENCODE JSON",
+                    ));
+                }
                 // Restarts can then start while the broker is unreachable.
                 rel.options.insert(
                     crate::connectors::kafka::PARTITIONS_OPTION.into(),

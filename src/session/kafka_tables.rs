@@ -264,9 +264,11 @@ enum Change {
 /// Applies the changes in order: runs of upserts and runs of deletes, each one write.
 /// Values that do not decode are skipped (and logged).
 fn apply(table: &Arc<StateTable>, spec: &KafkaSpec, changes: Vec<Change>) -> Result<()> {
-    let format = match spec.payload {
-        crate::connectors::kafka::PayloadFormat::Records(f) => f,
-        crate::connectors::kafka::PayloadFormat::Bytes => RecordFormat::Json,
+    let format = match &spec.payload {
+        crate::connectors::kafka::PayloadFormat::Records(f) => *f,
+        // Refused at CREATE TABLE.
+        crate::connectors::kafka::PayloadFormat::Bytes
+        | crate::connectors::kafka::PayloadFormat::Avro(_) => RecordFormat::Json,
     };
     // Decoded with every column nullable: a record missing its key is dropped below,
     // not an error for the whole batch.

@@ -39,6 +39,12 @@ pub(super) fn create_source(session: &Session, create: CreateSource) -> Result<O
         emit_on_window_close: false,
         state_layout: vec![],
     };
+    if let Some(derived) = avro_value_columns(&create)? {
+        // The value's fields first, then the INCLUDE columns declared.
+        let mut columns = derived;
+        columns.append(&mut rel.columns);
+        rel.columns = columns;
+    }
     if let Some((column, expression)) = &create.watermark {
         rel.watermark = Some(watermark_spec(&rel, column, expression)?);
     }
@@ -79,9 +85,12 @@ pub(super) fn create_source(session: &Session, create: CreateSource) -> Result<O
                 "FORMAT {format} is not supported; use FORMAT PLAIN"
             )));
         }
-        if !matches!(encode.as_str(), "json" | "csv" | "bytes" | "parquet") {
+        if !matches!(
+            encode.as_str(),
+            "json" | "csv" | "bytes" | "parquet" | "avro"
+        ) {
             return Err(EddyError::not_supported(format!(
-                "ENCODE {encode} is not supported; use JSON, CSV, PARQUET or BYTES"
+                "ENCODE {encode} is not supported; use JSON, CSV, AVRO, PARQUET or BYTES"
             )));
         }
         rel.options.insert("format".into(), format.clone());
@@ -114,6 +123,13 @@ pub(super) fn create_source(session: &Session, create: CreateSource) -> Result<O
         catalog.create_relation(rel)?;
         return Ok(Outcome::Command("CREATE SOURCE".into()));
     }
+    let included = |name: &str| create.includes.iter().any(|i| i.column == name);
+    if rel.columns.iter().all(|c| included(&c.name)) {
+        return Err(EddyError::syntax(
+            "CREATE SOURCE needs a column list: CREATE SOURCE s (col type, ...) \
+             (only ENCODE AVRO takes its columns from the schema registry)",
+        ));
+    }
     let spec = ConnectorSpec::from_options(&rel.arrow_schema(), &rel.options)?;
     if let ConnectorSpec::Kafka(kafka) = &spec {
         // Jobs can then start while the broker is unreachable.
@@ -125,6 +141,67 @@ pub(super) fn create_source(session: &Session, create: CreateSource) -> Result<O
     rel.definition = source_definition(&create);
     catalog.create_relation(rel)?;
     Ok(Outcome::Command("CREATE SOURCE".into()))
+}
+
+/// For a kafka source `ENCODE AVRO (schema.registry = '...')`: the latest schema of the
+/// topic's value subject is fetched (the registry must answer, and the subject exist),
+/// and when the statement declares no columns but `INCLUDE`d ones, the record's fields
+/// become the columns (returned); declared columns must each be a field of it.
+fn avro_value_columns(create: &CreateSource) -> Result<Option<Vec<crate::catalog::Column>>> {
+    let is_avro = create
+        .format
+        .as_ref()
+        .is_some_and(|(_, encode)| encode == "avro");
+    if !is_avro {
+        return Ok(None);
+    }
+    let kafka = create
+        .options
+        .get("connector")
+        .is_some_and(|c| c.eq_ignore_ascii_case("kafka"));
+    if !kafka {
+        return Err(EddyError::not_supported(
+            "ENCODE AVRO is supported for kafka sources only",
+        ));
+    }
+    let url = create
+        .encode_options
+        .get("schema.registry")
+        .ok_or_else(|| {
+            EddyError::new(
+                sqlstate::INVALID_PARAMETER_VALUE,
+                "ENCODE AVRO needs its schema registry: ENCODE AVRO (schema.registry = 'http://...')",
+            )
+        })?;
+    let topic = create.options.get("topic").ok_or_else(|| {
+        EddyError::new(
+            sqlstate::INVALID_PARAMETER_VALUE,
+            "a kafka source needs option topic",
+        )
+    })?;
+    let registry = crate::connectors::schema_registry::SchemaRegistry::new(url)?;
+    let (_, text) = registry.latest(&crate::connectors::avro::value_subject(topic))?;
+    let fields =
+        crate::connectors::avro::columns_of(&crate::connectors::avro::parse_schema(&text)?)?;
+    let included: Vec<&str> = create.includes.iter().map(|i| i.column.as_str()).collect();
+    let declared: Vec<&str> = create
+        .columns
+        .iter()
+        .map(|c| c.name.value.as_str())
+        .filter(|name| !included.contains(name))
+        .collect();
+    if declared.is_empty() {
+        return Ok(Some(fields));
+    }
+    for name in declared {
+        if !fields.iter().any(|f| f.name.eq_ignore_ascii_case(name)) {
+            return Err(EddyError::new(
+                sqlstate::UNDEFINED_COLUMN,
+                format!("column \"{name}\" is not a field of the Avro schema of topic \"{topic}\""),
+            ));
+        }
+    }
+    Ok(None)
 }
 
 /// Checks `WATERMARK FOR column AS expression` of a source or table: the column exists

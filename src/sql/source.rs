@@ -189,12 +189,58 @@ fn parse_tokens(tokens: &[Token]) -> Result<CreateSource> {
             });
         }
     }
-    // The parenthesised column list, split at top-level commas.
-    if tokens.get(i) != Some(&Token::LParen) {
+    // The parenthesised column list (none: the columns come from the encoding's schema,
+    // ENCODE AVRO; checked when the source is created).
+    let (columns, watermark, proctime_columns, end) = if tokens.get(i) == Some(&Token::LParen) {
+        parse_column_list(tokens, i)?
+    } else {
+        (vec![], None, vec![], i - 1)
+    };
+
+    let (includes, with_at) = parse_includes(tokens, end + 1)?;
+    let mut columns = columns;
+    for include in &includes {
+        let sql = format!("CREATE TABLE t ({} {})", include.column, include.sql_type());
+        if let Ok(mut parsed) = Parser::parse_sql(&PostgreSqlDialect {}, &sql)
+            && let Some(Statement::CreateTable(ct)) = parsed.pop()
+        {
+            columns.extend(ct.columns);
+        }
+    }
+    let end = with_at - 1;
+    if !is_word(tokens.get(end + 1), "with") {
         return Err(EddyError::syntax(
-            "CREATE SOURCE needs a column list: CREATE SOURCE s (col type, ...)",
+            "CREATE SOURCE needs WITH (connector = '...', ...)",
         ));
     }
+    let (options, i) = parse_options(tokens, end + 2)?;
+    let (format, encode_options, i) = parse_format_clause(tokens, i)?;
+    if let Some(extra) = tokens.get(i) {
+        return Err(EddyError::syntax(format!(
+            "unexpected {extra} at the end of CREATE SOURCE"
+        )));
+    }
+    Ok(CreateSource {
+        name,
+        if_not_exists,
+        columns,
+        watermark,
+        options,
+        format,
+        encode_options,
+        proctime_columns,
+        includes,
+    })
+}
+
+/// The column list of `CREATE SOURCE` starting at token `i` (a `(`): the columns, the
+/// `WATERMARK FOR` clause, the `AS PROCTIME()` columns, and the index of the closing `)`.
+#[allow(clippy::type_complexity)]
+fn parse_column_list(
+    tokens: &[Token],
+    i: usize,
+) -> Result<(Vec<ColumnDef>, Option<(String, String)>, Vec<String>, usize)> {
+    // The parenthesised column list, split at top-level commas.
     let mut depth = 0;
     let mut items: Vec<Vec<Token>> = vec![vec![]];
     let mut end = None;
@@ -269,7 +315,7 @@ fn parse_tokens(tokens: &[Token]) -> Result<CreateSource> {
         }
     }
     if column_sql.is_empty() {
-        return Err(EddyError::syntax("a source needs at least one column"));
+        return Ok((vec![], watermark, proctime_columns, end));
     }
     let table_sql = format!("CREATE TABLE t ({})", column_sql.join(", "));
     let columns = match Parser::parse_sql(&PostgreSqlDialect {}, &table_sql)
@@ -286,41 +332,7 @@ fn parse_tokens(tokens: &[Token]) -> Result<CreateSource> {
         }
         _ => return Err(EddyError::syntax("invalid column list")),
     };
-
-    let (includes, with_at) = parse_includes(tokens, end + 1)?;
-    let mut columns = columns;
-    for include in &includes {
-        let sql = format!("CREATE TABLE t ({} {})", include.column, include.sql_type());
-        if let Ok(mut parsed) = Parser::parse_sql(&PostgreSqlDialect {}, &sql)
-            && let Some(Statement::CreateTable(ct)) = parsed.pop()
-        {
-            columns.extend(ct.columns);
-        }
-    }
-    let end = with_at - 1;
-    if !is_word(tokens.get(end + 1), "with") {
-        return Err(EddyError::syntax(
-            "CREATE SOURCE needs WITH (connector = '...', ...)",
-        ));
-    }
-    let (options, i) = parse_options(tokens, end + 2)?;
-    let (format, encode_options, i) = parse_format_clause(tokens, i)?;
-    if let Some(extra) = tokens.get(i) {
-        return Err(EddyError::syntax(format!(
-            "unexpected {extra} at the end of CREATE SOURCE"
-        )));
-    }
-    Ok(CreateSource {
-        name,
-        if_not_exists,
-        columns,
-        watermark,
-        options,
-        format,
-        encode_options,
-        proctime_columns,
-        includes,
-    })
+    Ok((columns, watermark, proctime_columns, end))
 }
 
 /// `[FORMAT <format> ENCODE <encoding> [(options)]]` at token `i`: the format and

@@ -116,6 +116,29 @@ impl KafkaBroker {
         producer.flush(Duration::from_secs(30)).unwrap();
     }
 
+    /// Sends `(partition, value)` messages with binary values and waits until the broker
+    /// has them all.
+    pub fn produce_bytes(&self, topic: &str, messages: &[(i32, Vec<u8>)]) {
+        let producer: BaseProducer = ClientConfig::new()
+            .set("bootstrap.servers", &self.address)
+            .create()
+            .unwrap();
+        for (partition, value) in messages {
+            loop {
+                let record: BaseRecord<'_, (), [u8]> = BaseRecord::to(topic)
+                    .payload(value.as_slice())
+                    .partition(*partition);
+                match producer.send(record) {
+                    Ok(()) => break,
+                    Err(_) => {
+                        producer.poll(Duration::from_millis(10));
+                    }
+                }
+            }
+        }
+        producer.flush(Duration::from_secs(30)).unwrap();
+    }
+
     /// Sends `(key, value)` messages (no value: a tombstone) to partition 0, in order.
     pub fn produce_changes(&self, topic: &str, messages: &[(&str, Option<&str>)]) {
         let producer: BaseProducer = ClientConfig::new()

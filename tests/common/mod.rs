@@ -259,3 +259,4 @@ pub fn start_s3() -> S3Server {
 
 pub mod kafka;
 pub mod postgres;
+pub mod schema_registry;

@@ -1,0 +1,377 @@
+//! Avro message values in Confluent's wire format: a zero byte, the writer schema's id in
+//! the schema registry (4 bytes, big endian), then the Avro binary encoding of one record.
+//!
+//! A source's columns are the record's fields, by name (derived from the subject's latest
+//! schema when `CREATE SOURCE` declares none). Each message is decoded with the schema its
+//! id names (fetched once per id), and each field becomes the text form of its column,
+//! which the shared record decoder then casts column by column ([`super::records`]), so
+//! Avro and JSON values follow one set of conversion rules. Nested records, arrays and
+//! maps become JSON text (`JSONB` columns).
+
+use super::schema_registry::SchemaRegistry;
+use crate::catalog::Column;
+use crate::catalog::types::SqlType;
+use crate::error::{EddyError, Result, sqlstate};
+use apache_avro::Schema;
+use apache_avro::types::Value;
+use parking_lot::Mutex;
+use std::collections::HashMap;
+use std::sync::Arc;
+
+/// The first byte of a value in Confluent's wire format.
+pub const MAGIC_BYTE: u8 = 0;
+
+/// The registry subject of a topic's value schemas (Confluent's `TopicNameStrategy`).
+pub fn value_subject(topic: &str) -> String {
+    format!("{topic}-value")
+}
+
+fn unsupported(message: impl Into<String>) -> EddyError {
+    EddyError::not_supported(message)
+}
+
+/// Parses an Avro schema's JSON text.
+pub fn parse_schema(text: &str) -> Result<Schema> {
+    Schema::parse_str(text).map_err(|e| {
+        EddyError::new(
+            sqlstate::INVALID_PARAMETER_VALUE,
+            format!("not a valid Avro schema: {e}"),
+        )
+    })
+}
+
+/// The columns of a record schema's fields, in order (all nullable).
+pub fn columns_of(schema: &Schema) -> Result<Vec<Column>> {
+    let Schema::Record(record) = schema else {
+        return Err(unsupported(
+            "an Avro value schema must be a record to give a source its columns",
+        ));
+    };
+    record
+        .fields
+        .iter()
+        .map(|field| {
+            let (sql_type, _) = sql_type_of(&field.schema).map_err(|e| {
+                unsupported(format!("Avro field \"{}\": {}", field.name, e.message))
+            })?;
+            // A source's columns admit NULL whatever the schema says (as RisingWave's
+            // do): a malformed message must not fail the batch it came in.
+            Ok(Column {
+                name: field.name.clone(),
+                sql_type,
+                nullable: true,
+            })
+        })
+        .collect()
+}
+
+/// The column type of an Avro type, and whether it admits NULL (a union with `null`).
+fn sql_type_of(schema: &Schema) -> Result<(SqlType, bool)> {
+    Ok(match schema {
+        Schema::Union(union) => {
+            let variants = union.variants();
+            let others: Vec<&Schema> = variants
+                .iter()
+                .filter(|v| !matches!(v, Schema::Null))
+                .collect();
+            match others.as_slice() {
+                [one] => (sql_type_of(one)?.0, others.len() < variants.len()),
+                _ => return Err(unsupported("a union of several types is not supported")),
+            }
+        }
+        Schema::Boolean => (SqlType::Boolean, false),
+        Schema::Int => (SqlType::Int, false),
+        Schema::Long => (SqlType::BigInt, false),
+        Schema::Float => (SqlType::Real, false),
+        Schema::Double => (SqlType::Double, false),
+        Schema::String | Schema::Enum(_) | Schema::Uuid => (SqlType::Varchar(None), false),
+        Schema::Date => (SqlType::Date, false),
+        Schema::TimeMillis | Schema::TimeMicros => (SqlType::Time, false),
+        Schema::TimestampMillis | Schema::TimestampMicros | Schema::TimestampNanos => {
+            (SqlType::Timestamptz, false)
+        }
+        Schema::LocalTimestampMillis
+        | Schema::LocalTimestampMicros
+        | Schema::LocalTimestampNanos => (SqlType::Timestamp, false),
+        Schema::Decimal(d) if d.precision <= 38 => (
+            SqlType::Numeric {
+                precision: Some(d.precision as u8),
+                scale: Some(d.scale as i8),
+            },
+            false,
+        ),
+        Schema::BigDecimal | Schema::Decimal(_) => (
+            SqlType::Numeric {
+                precision: None,
+                scale: None,
+            },
+            false,
+        ),
+        Schema::Record(_) | Schema::Array(_) | Schema::Map(_) => (SqlType::Jsonb, false),
+        other => {
+            return Err(unsupported(format!(
+                "Avro type {other:?} is not supported yet"
+            )));
+        }
+    })
+}
+
+/// Decodes message values with the writer schemas their ids name.
+#[derive(Debug)]
+pub struct AvroDecoder {
+    registry: SchemaRegistry,
+    /// Writer schemas by id, fetched once each.
+    schemas: Mutex<HashMap<u32, Arc<Schema>>>,
+}
+
+impl PartialEq for AvroDecoder {
+    fn eq(&self, other: &Self) -> bool {
+        self.registry == other.registry
+    }
+}
+
+impl AvroDecoder {
+    pub fn new(registry: SchemaRegistry) -> Self {
+        Self {
+            registry,
+            schemas: Mutex::new(HashMap::new()),
+        }
+    }
+
+    fn schema(&self, id: u32) -> Result<Arc<Schema>> {
+        if let Some(schema) = self.schemas.lock().get(&id) {
+            return Ok(schema.clone());
+        }
+        let schema = Arc::new(parse_schema(&self.registry.by_id(id)?)?);
+        self.schemas.lock().insert(id, schema.clone());
+        Ok(schema)
+    }
+
+    /// The text of each of `columns` in one message value (`None` for a NULL or a
+    /// field the record lacks); `Ok(None)` when the value is malformed (not in the wire
+    /// format, or not decodable with its schema). An error when the registry cannot be
+    /// asked for the schema: skipping the message would lose it.
+    pub fn fields(
+        &self,
+        value: Option<&[u8]>,
+        columns: &arrow::datatypes::Schema,
+    ) -> Result<Option<Vec<Option<String>>>> {
+        let Some(value) = value else { return Ok(None) };
+        if value.len() < 5 || value[0] != MAGIC_BYTE {
+            return Ok(None);
+        }
+        let id = u32::from_be_bytes(value[1..5].try_into().expect("4 bytes"));
+        let schema = self.schema(id)?;
+        let Ok(Value::Record(fields)) =
+            apache_avro::from_avro_datum(&schema, &mut &value[5..], None)
+        else {
+            return Ok(None);
+        };
+        let Schema::Record(record) = schema.as_ref() else {
+            return Ok(None);
+        };
+        let position = |name: &str| {
+            record.lookup.get(name).copied().or_else(|| {
+                record
+                    .fields
+                    .iter()
+                    .position(|f| f.name.eq_ignore_ascii_case(name))
+            })
+        };
+        Ok(Some(
+            columns
+                .fields()
+                .iter()
+                .map(|column| {
+                    position(column.name())
+                        .and_then(|i| Some((fields.get(i)?, &record.fields.get(i)?.schema)))
+                        .and_then(|(field, schema)| text_of(&field.1, schema))
+                })
+                .collect(),
+        ))
+    }
+}
+
+/// A value as the text its column casts from (`None`: NULL).
+fn text_of(value: &Value, schema: &Schema) -> Option<String> {
+    use chrono::{DateTime, NaiveDate, NaiveTime};
+    let timestamp = |seconds: i64, nanos: u32, zone: bool| {
+        let t = DateTime::from_timestamp(seconds, nanos)?;
+        Some(if zone {
+            t.format("%Y-%m-%dT%H:%M:%S%.fZ").to_string()
+        } else {
+            t.naive_utc().format("%Y-%m-%dT%H:%M:%S%.f").to_string()
+        })
+    };
+    let split = |v: i64, per_second: i64| (v.div_euclid(per_second), v.rem_euclid(per_second));
+    Some(match value {
+        Value::Null => return None,
+        Value::Union(index, inner) => {
+            let variant = match schema {
+                Schema::Union(u) => u.variants().get(*index as usize)?,
+                other => other,
+            };
+            return text_of(inner, variant);
+        }
+        Value::Boolean(b) => b.to_string(),
+        Value::Int(i) => i.to_string(),
+        Value::Long(i) => i.to_string(),
+        Value::Float(f) => f.to_string(),
+        Value::Double(f) => f.to_string(),
+        Value::String(s) | Value::Enum(_, s) => s.clone(),
+        Value::Uuid(u) => u.to_string(),
+        Value::Date(days) => (NaiveDate::from_ymd_opt(1970, 1, 1)?
+            + chrono::Duration::days(*days as i64))
+        .to_string(),
+        Value::TimeMillis(ms) => {
+            let (s, ms) = split(*ms as i64, 1000);
+            NaiveTime::from_num_seconds_from_midnight_opt(s as u32, ms as u32 * 1_000_000)?
+                .format("%H:%M:%S%.f")
+                .to_string()
+        }
+        Value::TimeMicros(us) => {
+            let (s, us) = split(*us, 1_000_000);
+            NaiveTime::from_num_seconds_from_midnight_opt(s as u32, us as u32 * 1000)?
+                .format("%H:%M:%S%.f")
+                .to_string()
+        }
+        Value::TimestampMillis(v) | Value::LocalTimestampMillis(v) => {
+            let (s, ms) = split(*v, 1000);
+            timestamp(
+                s,
+                ms as u32 * 1_000_000,
+                matches!(value, Value::TimestampMillis(_)),
+            )?
+        }
+        Value::TimestampMicros(v) | Value::LocalTimestampMicros(v) => {
+            let (s, us) = split(*v, 1_000_000);
+            timestamp(
+                s,
+                us as u32 * 1000,
+                matches!(value, Value::TimestampMicros(_)),
+            )?
+        }
+        Value::TimestampNanos(v) | Value::LocalTimestampNanos(v) => {
+            let (s, ns) = split(*v, 1_000_000_000);
+            timestamp(s, ns as u32, matches!(value, Value::TimestampNanos(_)))?
+        }
+        Value::Decimal(d) => {
+            let scale = match schema {
+                Schema::Decimal(s) => s.scale,
+                _ => 0,
+            };
+            let bytes = Vec::<u8>::try_from(d).ok()?;
+            decimal_text(&bytes, scale)?
+        }
+        Value::BigDecimal(d) => d.to_string(),
+        Value::Record(_) | Value::Array(_) | Value::Map(_) => {
+            let json: serde_json::Value = value.clone().try_into().ok()?;
+            json.to_string()
+        }
+        _ => return None,
+    })
+}
+
+/// The text of a decimal given as its unscaled value's big-endian two's complement
+/// bytes (at most 16) and its scale.
+fn decimal_text(bytes: &[u8], scale: usize) -> Option<String> {
+    if bytes.is_empty() || bytes.len() > 16 {
+        return None;
+    }
+    let fill = if bytes[0] & 0x80 != 0 { 0xff } else { 0 };
+    let mut wide = [fill; 16];
+    wide[16 - bytes.len()..].copy_from_slice(bytes);
+    let unscaled = i128::from_be_bytes(wide);
+    let digits = unscaled.unsigned_abs().to_string();
+    let sign = if unscaled < 0 { "-" } else { "" };
+    if scale == 0 {
+        return Some(format!("{sign}{digits}"));
+    }
+    let padded = format!("{digits:0>width$}", width = scale + 1);
+    let (whole, fraction) = padded.split_at(padded.len() - scale);
+    Some(format!("{sign}{whole}.{fraction}"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn decimals_keep_sign_and_scale() {
+        assert_eq!(decimal_text(&[0x04, 0xd2], 2).unwrap(), "12.34");
+        assert_eq!(decimal_text(&[0xfb, 0x2e], 2).unwrap(), "-12.34");
+        assert_eq!(decimal_text(&[0x05], 3).unwrap(), "0.005");
+        assert_eq!(decimal_text(&[0xff], 0).unwrap(), "-1");
+    }
+
+    #[test]
+    fn record_fields_become_columns_and_values_their_text() {
+        let schema = parse_schema(
+            r#"{"type": "record", "name": "order", "fields": [
+                {"name": "id", "type": "long"},
+                {"name": "note", "type": ["null", "string"]},
+                {"name": "amount", "type": {"type": "bytes", "logicalType": "decimal", "precision": 10, "scale": 2}},
+                {"name": "at", "type": {"type": "long", "logicalType": "timestamp-millis"}},
+                {"name": "tags", "type": {"type": "array", "items": "string"}}
+            ]}"#,
+        )
+        .unwrap();
+        let columns = columns_of(&schema).unwrap();
+        let shown: Vec<(String, bool)> = columns
+            .iter()
+            .map(|c| (format!("{} {:?}", c.name, c.sql_type), c.nullable))
+            .collect();
+        assert_eq!(shown[0], ("id BigInt".into(), true));
+        assert_eq!(shown[1], ("note Varchar(None)".into(), true));
+        assert!(shown[2].0.starts_with("amount Numeric"), "{shown:?}");
+        assert_eq!(shown[3], ("at Timestamptz".into(), true));
+        assert_eq!(shown[4], ("tags Jsonb".into(), true));
+
+        let record = Value::Record(vec![
+            ("id".into(), Value::Long(7)),
+            ("note".into(), Value::Union(0, Box::new(Value::Null))),
+            (
+                "amount".into(),
+                Value::Decimal(apache_avro::Decimal::from(vec![0xfb, 0x2e])),
+            ),
+            ("at".into(), Value::TimestampMillis(1_700_000_000_123)),
+            ("tags".into(), Value::Array(vec![Value::String("a".into())])),
+        ]);
+        let Schema::Record(r) = &schema else { panic!() };
+        let texts: Vec<Option<String>> = match &record {
+            Value::Record(fields) => fields
+                .iter()
+                .zip(&r.fields)
+                .map(|((_, v), f)| text_of(v, &f.schema))
+                .collect(),
+            _ => unreachable!(),
+        };
+        assert_eq!(
+            texts,
+            vec![
+                Some("7".into()),
+                None,
+                Some("-12.34".into()),
+                Some("2023-11-14T22:13:20.123Z".into()),
+                Some(r#"["a"]"#.into()),
+            ]
+        );
+        // The same record through the wire format.
+        let mut wire = vec![MAGIC_BYTE, 0, 0, 0, 1];
+        wire.extend(apache_avro::to_avro_datum(&schema, record).unwrap());
+        let decoder = AvroDecoder::new(SchemaRegistry::new("http://127.0.0.1:1").unwrap());
+        decoder.schemas.lock().insert(1, Arc::new(schema));
+        let arrow_columns = arrow::datatypes::Schema::new(vec![
+            arrow::datatypes::Field::new("amount", arrow::datatypes::DataType::Utf8, true),
+            arrow::datatypes::Field::new("ID", arrow::datatypes::DataType::Utf8, true),
+            arrow::datatypes::Field::new("missing", arrow::datatypes::DataType::Utf8, true),
+        ]);
+        assert_eq!(
+            decoder.fields(Some(&wire), &arrow_columns).unwrap(),
+            Some(vec![Some("-12.34".into()), Some("7".into()), None])
+        );
+        assert_eq!(decoder.fields(Some(b"{}"), &arrow_columns).unwrap(), None);
+        wire.truncate(7);
+        assert_eq!(decoder.fields(Some(&wire), &arrow_columns).unwrap(), None);
+    }
+}
