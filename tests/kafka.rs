@@ -674,11 +674,16 @@ async fn kafka_avro_source_with_a_schema_registry_is_exact_across_a_kill() {
             .unwrap_or_default();
         assert!(text.contains(expected), "{sql}: {text}");
     }
-    // No columns declared: they come from the registry's latest schema.
+    // No columns declared: they come from the registry's latest schema. Malformed
+    // messages are kept as dead letters.
+    let with_letters = with.replace(
+        "scan.startup.mode = 'earliest'",
+        "scan.startup.mode = 'earliest', error.policy = 'dead_letter'",
+    );
     client
         .batch_execute(&format!(
             "SET streaming_parallelism = 2;
-             CREATE SOURCE avro_events {with} FORMAT PLAIN ENCODE AVRO (schema.registry = '{}');
+             CREATE SOURCE avro_events {with_letters} FORMAT PLAIN ENCODE AVRO (schema.registry = '{}');
              CREATE MATERIALIZED VIEW per_k_avro AS {PER_K} FROM avro_events GROUP BY k;",
             registry.url
         ))
@@ -754,5 +759,19 @@ async fn kafka_avro_source_with_a_schema_registry_is_exact_across_a_kill() {
         "SELECT malformed_rows FROM eddy_catalog.jobs WHERE name = 'per_k_avro'",
     )
     .await;
-    assert_ne!(malformed[0][0], "0", "malformed messages are counted");
+    assert_eq!(malformed[0][0], "2", "malformed messages are counted");
+    let letters = view_rows(
+        &client,
+        "SELECT job, source, record, error FROM eddy_catalog.dead_letters",
+    )
+    .await;
+    assert_eq!(letters.len(), 2, "{letters:?}");
+    assert!(
+        letters
+            .iter()
+            .all(|l| l[..2] == ["per_k_avro", "avro_events"])
+    );
+    let letter = |record: &str| letters.iter().find(|l| l[2].starts_with(record)).unwrap();
+    assert!(letter("{\"id\": 1}")[3].contains("not in Confluent's Avro wire format"));
+    assert!(letter("\\x00")[3].contains(&format!("does not decode with schema {v2_id}")));
 }

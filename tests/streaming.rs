@@ -556,3 +556,119 @@ async fn file_sources_skip_and_count_malformed_lines() {
         .unwrap_err();
     assert_eq!(err.code().map(|c| c.code()), Some("22023"));
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn malformed_records_are_kept_as_dead_letters_once() {
+    let dir = tempfile::tempdir().unwrap();
+    let csv = dir.path().join("readings.csv");
+    // 3000 lines; every 97th has a value that is not a number, every 101st a field too
+    // many.
+    let mut text = String::from("sensor,value\n");
+    let mut bad = Vec::new();
+    let mut sum = 0.0;
+    for i in 0..3000 {
+        let line = if i % 97 == 5 {
+            format!("s{},x{i}", i % 7)
+        } else if i % 101 == 7 {
+            format!("s{},{i},extra", i % 7)
+        } else {
+            sum += i as f64 / 4.0;
+            format!("s{},{}", i % 7, i as f64 / 4.0)
+        };
+        if i % 97 == 5 || i % 101 == 7 {
+            bad.push(line.clone());
+        }
+        text.push_str(&line);
+        text.push('\n');
+    }
+    std::fs::write(&csv, text).unwrap();
+    let json = dir.path().join("events.jsonl");
+    std::fs::write(&json, "{\"sensor\": \"a\", \"value\": 10}\n{broken json\n").unwrap();
+
+    let temp = tempfile::tempdir().unwrap();
+    let data_dir = temp.path().join("data");
+    let mut server = TestServer::start_in(&data_dir);
+    let client = server.connect().await;
+    let error = client
+        .batch_execute(&format!(
+            "CREATE SOURCE nope (sensor VARCHAR) WITH (connector = 'file', path = '{}', \
+             error.policy = 'keep') FORMAT PLAIN ENCODE CSV",
+            csv.display()
+        ))
+        .await
+        .unwrap_err();
+    assert_eq!(error.code().map(|c| c.code()), Some("22023"));
+    assert!(
+        error
+            .as_db_error()
+            .unwrap()
+            .message()
+            .contains("error.policy must be 'skip' or 'dead_letter'")
+    );
+    client
+        .batch_execute(&format!(
+            "CREATE SOURCE readings (sensor VARCHAR, value DOUBLE PRECISION) \
+             WITH (connector = 'file', path = '{}', error.policy = 'dead_letter') FORMAT PLAIN ENCODE CSV;
+             CREATE SOURCE events (sensor VARCHAR, value DOUBLE PRECISION) \
+             WITH (connector = 'file', path = '{}') FORMAT PLAIN ENCODE JSON;
+             CREATE MATERIALIZED VIEW total AS SELECT sum(value) AS total, count(*) AS n FROM readings;
+             CREATE MATERIALIZED VIEW json_total AS SELECT sum(value) AS total FROM events;",
+            csv.display(),
+            json.display()
+        ))
+        .await
+        .unwrap();
+    wait_for_jobs(&client, 2).await;
+    client.batch_execute("FLUSH").await.unwrap();
+    let good = 3000 - bad.len();
+    assert_eq!(
+        view_rows(&client, "SELECT total, n FROM total").await,
+        vec![vec![sum.to_string(), good.to_string()]]
+    );
+    let letters =
+        "SELECT job, source, record, error FROM eddy_catalog.dead_letters ORDER BY split, position";
+    let check = |rows: Vec<Vec<String>>| {
+        assert_eq!(
+            rows.len(),
+            bad.len(),
+            "one letter per malformed line: {rows:?}"
+        );
+        let mut records: Vec<String> = rows.iter().map(|r| r[2].clone()).collect();
+        let mut expected = bad.clone();
+        records.sort();
+        expected.sort();
+        assert_eq!(records, expected);
+        assert!(rows.iter().all(|r| r[0] == "total" && r[1] == "readings"));
+        let why = |record: &str| rows.iter().find(|r| r[2] == record).unwrap()[3].clone();
+        assert_eq!(
+            why("s5,x5"),
+            "column \"value\": 'x5' is not a valid double precision"
+        );
+        assert_eq!(why("s0,7,extra"), "not a CSV line of 2 fields");
+    };
+    check(view_rows(&client, letters).await);
+    let malformed = view_rows(
+        &client,
+        "SELECT name, malformed_rows FROM eddy_catalog.jobs ORDER BY name",
+    )
+    .await;
+    assert_eq!(
+        malformed,
+        vec![
+            vec!["json_total".to_string(), "1".into()],
+            vec!["total".into(), bad.len().to_string()],
+        ]
+    );
+    // After a SIGKILL the letters are those of the checkpoint: none lost, none twice.
+    server.kill();
+    let server = TestServer::start_in(&data_dir);
+    let client = server.connect().await;
+    client.batch_execute("FLUSH").await.unwrap();
+    check(view_rows(&client, letters).await);
+    // Dropping the view drops its letters.
+    client
+        .batch_execute("DROP MATERIALIZED VIEW total")
+        .await
+        .unwrap();
+    assert!(view_rows(&client, letters).await.is_empty());
+}

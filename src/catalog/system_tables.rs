@@ -17,6 +17,9 @@
 //!   error, last epoch delivered and how many epochs it is behind.
 //! - `eddy_catalog.source_splits`: every source split of every job — position and, for
 //!   Kafka, the consumer lag of its partition.
+//! - `eddy_catalog.dead_letters`: the malformed records of every source read with
+//!   `error.policy = 'dead_letter'`, per job — the record as read, why it was skipped,
+//!   and where (split and position).
 //! - `eddy_catalog.state_tables`: every internal state table of every running job — its
 //!   fragment, the operator keeping it, and the rows (keys) and bytes (keys and values)
 //!   it holds now in RocksDB, counted by scanning it.
@@ -90,6 +93,7 @@ impl SystemSchema {
                 table("state_tables", state_tables_schema(), state_tables_rows),
                 table("sinks", sinks_schema(), sinks_rows),
                 table("source_splits", source_splits_schema(), source_splits_rows),
+                table("dead_letters", dead_letters_schema(), dead_letters_rows),
             ],
         }
     }
@@ -331,6 +335,71 @@ fn source_splits_rows(sources: &SystemSources, schema: SchemaRef) -> DFResult<Re
             Arc::new(StringArray::from(split)),
             Arc::new(Int64Array::from(position)),
             Arc::new(Int64Array::from(lag)),
+        ],
+    )?)
+}
+
+fn dead_letters_schema() -> SchemaRef {
+    Arc::new(Schema::new(vec![
+        Field::new("job", DataType::Utf8, false),
+        Field::new("source", DataType::Utf8, false),
+        Field::new("split", DataType::Utf8, false),
+        Field::new("position", DataType::Int64, false),
+        Field::new("record", DataType::Utf8, false),
+        Field::new("error", DataType::Utf8, false),
+    ]))
+}
+
+/// The dead letters every job keeps (as of its last barrier), in the order they were
+/// read per split. A key is `fragment | split | position | index`, a value the JSON
+/// `{source, record, error}` (see `stream::task::DeadLetters`).
+fn dead_letters_rows(sources: &SystemSources, schema: SchemaRef) -> DFResult<RecordBatch> {
+    let (mut jobs, mut names, mut splits, mut positions, mut records, mut errors) =
+        (vec![], vec![], vec![], vec![], vec![], vec![]);
+    for job in sources.jobs.jobs() {
+        for (id, _, what) in &job.state_tables {
+            if what != crate::stream::job::DEAD_LETTERS {
+                continue;
+            }
+            let mut prefix = Vec::new();
+            crate::state::keys::encode_state_key(
+                *id,
+                crate::state::operator_state::UNKEYED_GROUP,
+                &[],
+                &mut prefix,
+            );
+            sources
+                .store
+                .scan_prefix(&prefix, |k, v| {
+                    let key = &k[crate::state::keys::KEY_PREFIX_LEN..];
+                    if key.len() != 20 {
+                        return Ok(());
+                    }
+                    let number = |range: std::ops::Range<usize>| {
+                        key[range].iter().fold(0u64, |n, b| (n << 8) | *b as u64)
+                    };
+                    let letter: serde_json::Value = serde_json::from_slice(v).unwrap_or_default();
+                    let text = |field: &str| letter[field].as_str().unwrap_or("").to_string();
+                    jobs.push(job.name.clone());
+                    names.push(text("source"));
+                    splits.push(format!("{}/{}", number(0..4), number(4..8)));
+                    positions.push(number(8..16) as i64);
+                    records.push(text("record"));
+                    errors.push(text("error"));
+                    Ok(())
+                })
+                .map_err(crate::error::EddyError::into_datafusion)?;
+        }
+    }
+    Ok(RecordBatch::try_new(
+        schema,
+        vec![
+            Arc::new(StringArray::from(jobs)),
+            Arc::new(StringArray::from(names)),
+            Arc::new(StringArray::from(splits)),
+            Arc::new(Int64Array::from(positions)),
+            Arc::new(StringArray::from(records)),
+            Arc::new(StringArray::from(errors)),
         ],
     )?)
 }

@@ -148,27 +148,31 @@ impl AvroDecoder {
     }
 
     /// The text of each of `columns` in one message value (`None` for a NULL or a
-    /// field the record lacks); `Ok(None)` when the value is malformed (not in the wire
-    /// format, or not decodable with its schema). An error when the registry cannot be
-    /// asked for the schema: skipping the message would lose it.
+    /// field the record lacks); `Ok(Err(why))` when the value is malformed (not in the
+    /// wire format, or not decodable with its schema). An error when the registry cannot
+    /// be asked for the schema: skipping the message would lose it.
     pub fn fields(
         &self,
         value: Option<&[u8]>,
         columns: &arrow::datatypes::Schema,
-    ) -> Result<Option<Vec<Option<String>>>> {
-        let Some(value) = value else { return Ok(None) };
+    ) -> Result<std::result::Result<Vec<Option<String>>, String>> {
+        let Some(value) = value else {
+            return Ok(Err("no value (a tombstone)".into()));
+        };
         if value.len() < 5 || value[0] != MAGIC_BYTE {
-            return Ok(None);
+            return Ok(Err(
+                "not in Confluent's Avro wire format (magic byte 0, schema id)".into(),
+            ));
         }
         let id = u32::from_be_bytes(value[1..5].try_into().expect("4 bytes"));
         let schema = self.schema(id)?;
-        let Ok(Value::Record(fields)) =
-            apache_avro::from_avro_datum(&schema, &mut &value[5..], None)
-        else {
-            return Ok(None);
+        let fields = match apache_avro::from_avro_datum(&schema, &mut &value[5..], None) {
+            Ok(Value::Record(fields)) => fields,
+            Ok(_) => return Ok(Err(format!("schema {id} is not a record"))),
+            Err(e) => return Ok(Err(format!("does not decode with schema {id}: {e}"))),
         };
         let Schema::Record(record) = schema.as_ref() else {
-            return Ok(None);
+            return Ok(Err(format!("schema {id} is not a record")));
         };
         let position = |name: &str| {
             record.lookup.get(name).copied().or_else(|| {
@@ -178,17 +182,39 @@ impl AvroDecoder {
                     .position(|f| f.name.eq_ignore_ascii_case(name))
             })
         };
-        Ok(Some(
-            columns
-                .fields()
-                .iter()
-                .map(|column| {
-                    position(column.name())
-                        .and_then(|i| Some((fields.get(i)?, &record.fields.get(i)?.schema)))
-                        .and_then(|(field, schema)| text_of(&field.1, schema))
-                })
-                .collect(),
-        ))
+        Ok(Ok(columns
+            .fields()
+            .iter()
+            .map(|column| {
+                position(column.name())
+                    .and_then(|i| Some((fields.get(i)?, &record.fields.get(i)?.schema)))
+                    .and_then(|(field, schema)| text_of(&field.1, schema))
+            })
+            .collect()))
+    }
+}
+
+/// A message value as a dead letter shows it: its text if it is UTF-8 without control
+/// characters, otherwise its bytes in hex (`\x...`, as PostgreSQL shows `bytea`).
+pub fn shown(value: Option<&[u8]>) -> String {
+    let Some(value) = value else {
+        return String::new();
+    };
+    match std::str::from_utf8(value) {
+        Ok(text)
+            if !text
+                .chars()
+                .any(|c| c.is_control() && c != '\n' && c != '\t') =>
+        {
+            text.to_string()
+        }
+        _ => {
+            let mut out = String::from("\\x");
+            for b in value {
+                out.push_str(&format!("{b:02x}"));
+            }
+            out
+        }
     }
 }
 
@@ -368,10 +394,18 @@ mod tests {
         ]);
         assert_eq!(
             decoder.fields(Some(&wire), &arrow_columns).unwrap(),
-            Some(vec![Some("-12.34".into()), Some("7".into()), None])
+            Ok(vec![Some("-12.34".into()), Some("7".into()), None])
         );
-        assert_eq!(decoder.fields(Some(b"{}"), &arrow_columns).unwrap(), None);
+        let not_wire = decoder.fields(Some(b"{}"), &arrow_columns).unwrap();
+        assert!(not_wire.unwrap_err().contains("wire format"));
         wire.truncate(7);
-        assert_eq!(decoder.fields(Some(&wire), &arrow_columns).unwrap(), None);
+        let truncated = decoder.fields(Some(&wire), &arrow_columns).unwrap();
+        assert!(
+            truncated
+                .unwrap_err()
+                .contains("does not decode with schema 1")
+        );
+        assert_eq!(super::shown(Some(&[0, 1, 0xff])), "\\x0001ff");
+        assert_eq!(super::shown(Some(b"{\"a\": 1}")), "{\"a\": 1}");
     }
 }

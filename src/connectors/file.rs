@@ -63,6 +63,7 @@ impl FileSpec {
             lines: None,
             offset,
             malformed: 0,
+            rejected: vec![],
         }
     }
 }
@@ -106,6 +107,8 @@ pub struct FileSplit {
     lines: Option<Vec<String>>,
     offset: u64,
     malformed: u64,
+    /// Records skipped since the reader last took them.
+    pub(super) rejected: Vec<super::records::Rejected>,
 }
 
 impl FileSplit {
@@ -138,12 +141,11 @@ impl FileSplit {
         let end = (start + max_rows).min(lines.len());
         let chunk = &lines[start..end];
         self.offset = end as u64;
-        let (batch, malformed) = super::records::decode(
-            chunk.iter().map(String::as_str),
-            &self.spec.schema,
-            &self.spec.format(),
-        )?;
-        self.malformed += malformed;
+        let records: Vec<&str> = chunk.iter().map(String::as_str).collect();
+        let (batch, rejected) =
+            super::records::decode_rejecting(&records, &self.spec.schema, &self.spec.format())?;
+        self.malformed += rejected.len() as u64;
+        self.rejected.extend(rejected);
         Ok(Some(batch))
     }
 }

@@ -349,6 +349,7 @@ impl KafkaSpec {
             consumer: None,
             next: None,
             malformed: 0,
+            rejected: vec![],
             high_watermark: None,
         }
     }
@@ -415,6 +416,8 @@ pub struct KafkaSplit {
     /// The next offset to read, once known.
     next: Option<i64>,
     malformed: u64,
+    /// Messages skipped since the reader last took them.
+    pub(super) rejected: Vec<records::Rejected>,
     /// The partition's high watermark and when it was asked for.
     high_watermark: Option<(i64, std::time::Instant)>,
 }
@@ -460,11 +463,26 @@ impl KafkaSplit {
                 None,
             ),
             PayloadFormat::Avro(decoder) => {
-                let fields = values
+                let decoded = values
                     .iter()
                     .map(|v| decoder.fields(v.as_deref(), &self.spec.value_schema))
                     .collect::<Result<Vec<_>>>()?;
+                let fields: Vec<Option<Vec<Option<String>>>> =
+                    decoded.iter().map(|d| d.as_ref().ok().cloned()).collect();
                 let (batch, keep) = records::cast_fields(&fields, &self.spec.value_schema)?;
+                for ((value, decoded), ok) in values.iter().zip(&decoded).zip(&keep) {
+                    if !ok {
+                        self.rejected.push(records::Rejected {
+                            record: super::avro::shown(value.as_deref()),
+                            error: match decoded {
+                                Err(why) => why.clone(),
+                                Ok(fields) => {
+                                    records::why_not_cast(fields, &self.spec.value_schema)
+                                }
+                            },
+                        });
+                    }
+                }
                 self.malformed += keep.iter().filter(|k| !*k).count() as u64;
                 (batch, Some(keep))
             }
@@ -478,9 +496,21 @@ impl KafkaSplit {
                             .unwrap_or("\u{0}")
                     })
                     .collect();
-                let (batch, keep) =
-                    records::decode_unfiltered(texts.into_iter(), &self.spec.value_schema, format)?;
-                self.malformed += keep.iter().filter(|k| !*k).count() as u64;
+                let (batch, keep) = records::decode_unfiltered(
+                    texts.iter().copied(),
+                    &self.spec.value_schema,
+                    format,
+                )?;
+                let mut rejected =
+                    records::rejections(&texts, &keep, &self.spec.value_schema, format);
+                for r in &mut rejected {
+                    if r.record == "\u{0}" {
+                        r.record = String::new();
+                        r.error = "no value (a tombstone), or a value that is not UTF-8".into();
+                    }
+                }
+                self.malformed += rejected.len() as u64;
+                self.rejected.extend(rejected);
                 (batch, Some(keep))
             }
         };

@@ -24,6 +24,34 @@ use crate::error::{EddyError, Result, sqlstate};
 use arrow::datatypes::SchemaRef;
 use std::collections::BTreeMap;
 
+/// The source option saying what happens to records that do not fit the schema.
+pub const ERROR_POLICY_OPTION: &str = "error.policy";
+
+/// What a source does with a record that does not decode or fit its columns: always
+/// skipped and counted (`eddy_catalog.jobs.malformed_rows`); with `dead_letter` also
+/// kept, with why, in `eddy_catalog.dead_letters`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ErrorPolicy {
+    Skip,
+    DeadLetter,
+}
+
+/// A source's `error.policy` (default `skip`).
+pub fn error_policy(options: &BTreeMap<String, String>) -> Result<ErrorPolicy> {
+    match options
+        .get(ERROR_POLICY_OPTION)
+        .map(|p| p.to_ascii_lowercase())
+        .as_deref()
+    {
+        None | Some("skip") => Ok(ErrorPolicy::Skip),
+        Some("dead_letter") => Ok(ErrorPolicy::DeadLetter),
+        Some(other) => Err(EddyError::new(
+            sqlstate::INVALID_PARAMETER_VALUE,
+            format!("error.policy must be 'skip' or 'dead_letter', not '{other}'"),
+        )),
+    }
+}
+
 /// The connectors Eddy knows, with what they need.
 #[derive(Debug, Clone, PartialEq)]
 pub enum ConnectorSpec {
@@ -46,6 +74,10 @@ pub trait SplitReader: Send {
     /// Records skipped because they did not fit the schema.
     fn malformed(&self) -> u64 {
         0
+    }
+    /// The records skipped since the last call, with why (for dead letters).
+    fn take_rejected(&mut self) -> Vec<records::Rejected> {
+        vec![]
     }
     /// Records waiting upstream beyond the position, when the connector knows (Kafka's
     /// high watermark minus the next offset, as of the last fetch).
@@ -70,6 +102,9 @@ impl SplitReader for file::FileSplit {
     fn malformed(&self) -> u64 {
         file::FileSplit::malformed(self)
     }
+    fn take_rejected(&mut self) -> Vec<records::Rejected> {
+        std::mem::take(&mut self.rejected)
+    }
 }
 
 impl SplitReader for kafka::KafkaSplit {
@@ -81,6 +116,9 @@ impl SplitReader for kafka::KafkaSplit {
     }
     fn malformed(&self) -> u64 {
         kafka::KafkaSplit::malformed(self)
+    }
+    fn take_rejected(&mut self) -> Vec<records::Rejected> {
+        std::mem::take(&mut self.rejected)
     }
     fn lag(&mut self) -> Option<u64> {
         kafka::KafkaSplit::lag(self)
@@ -99,6 +137,9 @@ impl SplitReader for object_files::ObjectFilesSplit {
     }
     fn malformed(&self) -> u64 {
         object_files::ObjectFilesSplit::malformed(self)
+    }
+    fn take_rejected(&mut self) -> Vec<records::Rejected> {
+        std::mem::take(&mut self.rejected)
     }
     fn waits_for_data(&self) -> bool {
         true
@@ -126,6 +167,13 @@ impl SplitReader for nexmark::NexmarkSplit {
 impl ConnectorSpec {
     /// Checks a source's options against its schema and builds the connector's spec.
     pub fn from_options(schema: &SchemaRef, options: &BTreeMap<String, String>) -> Result<Self> {
+        if options.contains_key(ERROR_POLICY_OPTION) {
+            // What happens to malformed records is the task's business, not the reader's.
+            error_policy(options)?;
+            let mut options = options.clone();
+            options.remove(ERROR_POLICY_OPTION);
+            return Self::from_options(schema, &options);
+        }
         if let Some(names) = options.get(processing_time::PROCTIME_OPTION) {
             let columns: Vec<usize> = names
                 .split(',')

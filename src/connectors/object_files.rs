@@ -190,6 +190,7 @@ impl ObjectFilesSpec {
             position,
             batches: None,
             malformed: 0,
+            rejected: vec![],
             ended: false,
         }
     }
@@ -277,16 +278,17 @@ impl ObjectFilesSpec {
             .await
             .map_err(super::object_location::object_store_error)?;
         let mut row = 0usize;
-        let mut send = |batch: RecordBatch, malformed: u64, records: usize| -> bool {
-            row += records;
-            let position = ((index as u64) << ROW_BITS) | row as u64;
-            out.send(Ok(Some(Decoded {
-                position,
-                batch,
-                malformed,
-            })))
-            .is_ok()
-        };
+        let mut send =
+            |batch: RecordBatch, rejected: Vec<records::Rejected>, count: usize| -> bool {
+                row += count;
+                let position = ((index as u64) << ROW_BITS) | row as u64;
+                out.send(Ok(Some(Decoded {
+                    position,
+                    batch,
+                    rejected,
+                })))
+                .is_ok()
+            };
         match &self.format {
             FileFormat::Parquet => {
                 let reader =
@@ -303,7 +305,7 @@ impl ObjectFilesSpec {
                     seen += rows;
                     let batch = batch.slice(start, rows - start);
                     let conformed = self.conform(&batch)?;
-                    if !send(conformed, 0, rows) {
+                    if !send(conformed, vec![], rows) {
                         return Ok(false);
                     }
                 }
@@ -317,9 +319,9 @@ impl ObjectFilesSpec {
                 for (k, chunk) in lines.chunks(ROWS_PER_BATCH).enumerate() {
                     let first = k * ROWS_PER_BATCH;
                     let start = skip_rows.saturating_sub(first).min(chunk.len());
-                    let (batch, malformed) =
-                        records::decode(chunk[start..].iter().copied(), &self.schema, format)?;
-                    if !send(batch, malformed, chunk.len()) {
+                    let (batch, rejected) =
+                        records::decode_rejecting(&chunk[start..], &self.schema, format)?;
+                    if !send(batch, rejected, chunk.len()) {
                         return Ok(false);
                     }
                 }
@@ -351,7 +353,8 @@ impl ObjectFilesSpec {
 struct Decoded {
     position: u64,
     batch: RecordBatch,
-    malformed: u64,
+    /// The records of the batch that did not decode.
+    rejected: Vec<records::Rejected>,
 }
 
 impl Decoded {
@@ -360,7 +363,7 @@ impl Decoded {
         Self {
             position,
             batch: RecordBatch::new_empty(schema.clone()),
-            malformed: 0,
+            rejected: vec![],
         }
     }
 }
@@ -371,6 +374,8 @@ pub struct ObjectFilesSplit {
     position: u64,
     batches: Option<Receiver<Result<Option<Decoded>>>>,
     malformed: u64,
+    /// Records skipped since the reader last took them.
+    pub(super) rejected: Vec<records::Rejected>,
     ended: bool,
 }
 
@@ -400,7 +405,8 @@ impl ObjectFilesSplit {
         match receiver.try_recv() {
             Ok(Ok(Some(decoded))) => {
                 self.position = decoded.position;
-                self.malformed += decoded.malformed;
+                self.malformed += decoded.rejected.len() as u64;
+                self.rejected.extend(decoded.rejected);
                 Ok(Some(decoded.batch))
             }
             Ok(Ok(None)) => {

@@ -49,21 +49,99 @@ pub fn decode<'a>(
     ))
 }
 
+/// A record that did not decode, and why: what a source with `error.policy =
+/// 'dead_letter'` keeps in `eddy_catalog.dead_letters`.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Rejected {
+    pub record: String,
+    pub error: String,
+}
+
+/// The records that decode, as a batch, and the others with why they did not.
+pub fn decode_rejecting(
+    records: &[&str],
+    schema: &SchemaRef,
+    format: &RecordFormat,
+) -> Result<(RecordBatch, Vec<Rejected>)> {
+    let (batch, ok) = decode_unfiltered(records.iter().copied(), schema, format)?;
+    let rejected = rejections(records, &ok, schema, format);
+    Ok((
+        filter_record_batch(&batch, &BooleanArray::from(ok))?,
+        rejected,
+    ))
+}
+
+/// The records `ok` marks as not decoded, with why (worked out again for those only).
+pub fn rejections(
+    records: &[&str],
+    ok: &[bool],
+    schema: &SchemaRef,
+    format: &RecordFormat,
+) -> Vec<Rejected> {
+    records
+        .iter()
+        .zip(ok)
+        .filter(|(_, ok)| !**ok)
+        .map(|(record, _)| Rejected {
+            record: record.to_string(),
+            error: match split(record, schema, format) {
+                Some(fields) => why_not_cast(&fields, schema),
+                None => match format {
+                    RecordFormat::Json => "not a JSON object".to_string(),
+                    RecordFormat::Csv { .. } => {
+                        format!("not a CSV line of {} fields", schema.fields().len())
+                    }
+                },
+            },
+        })
+        .collect()
+}
+
+/// Why a record's fields do not fit the schema: the first value that does not cast to
+/// its column's type.
+pub fn why_not_cast(fields: &[Option<String>], schema: &SchemaRef) -> String {
+    for (field, text) in schema.fields().iter().zip(fields) {
+        let Some(text) = text else { continue };
+        let one = StringArray::from(vec![text.as_str()]);
+        let cast = cast_with_options(
+            &one,
+            field.data_type(),
+            &CastOptions {
+                safe: true,
+                ..Default::default()
+            },
+        );
+        if cast.map(|c| c.is_null(0)).unwrap_or(true) {
+            return format!(
+                "column \"{}\": '{}' is not a valid {}",
+                field.name(),
+                text,
+                crate::catalog::types::SqlType::from_arrow(field).pg_name()
+            );
+        }
+    }
+    "the record does not fit the source's columns".to_string()
+}
+
+/// A record's fields as text, by column; `None` when it cannot be split.
+fn split(record: &str, schema: &SchemaRef, format: &RecordFormat) -> Option<Vec<Option<String>>> {
+    match format {
+        RecordFormat::Json => json_fields(record, schema),
+        RecordFormat::Csv { delimiter } => csv_line::split(record, *delimiter, '"', '"', "")
+            .ok()
+            .filter(|f| f.len() == schema.fields().len()),
+    }
+}
+
 /// Every record as a row (malformed ones with whatever cast), and which decoded.
 pub fn decode_unfiltered<'a>(
     records: impl Iterator<Item = &'a str>,
     schema: &SchemaRef,
     format: &RecordFormat,
 ) -> Result<(RecordBatch, Vec<bool>)> {
-    let width = schema.fields().len();
     // Every record as text fields; one that cannot be split is malformed.
     let fields: Vec<Option<Vec<Option<String>>>> = records
-        .map(|record| match format {
-            RecordFormat::Json => json_fields(record, schema),
-            RecordFormat::Csv { delimiter } => csv_line::split(record, *delimiter, '"', '"', "")
-                .ok()
-                .filter(|f| f.len() == width),
-        })
+        .map(|record| split(record, schema, format))
         .collect();
     cast_fields(&fields, schema)
 }

@@ -8,7 +8,7 @@
 use super::barrier_align::{AlignedInputs, Input, WatermarkMerge};
 use super::dispatch::{CHANNEL_CAPACITY, Dispatcher};
 use super::graph::{FragmentInput, StreamGraph, Terminal};
-use super::task::{MergeInput, SourcePositions, Task, TaskInput, TaskOutput};
+use super::task::{DeadLetters, MergeInput, SourcePositions, Task, TaskInput, TaskOutput};
 use super::workers::Workers;
 use super::{Barrier, StreamChunk};
 use crate::catalog::{Relation, RelationKind};
@@ -170,6 +170,16 @@ const TABLE_LOG_POSITIONS_ORDINAL: u8 = u8::MAX;
 
 fn table_log_positions_id(relation_id: u32) -> u32 {
     internal_table_id(relation_id, TABLE_LOG_POSITIONS_ORDINAL)
+}
+
+/// The ordinal of the internal table where a job's sources with `error.policy =
+/// 'dead_letter'` keep their malformed records (`eddy_catalog.dead_letters`).
+const DEAD_LETTERS_ORDINAL: u8 = u8::MAX - 1;
+/// How the dead-letter table is listed in [`JobInfo::state_tables`].
+pub const DEAD_LETTERS: &str = "dead letters";
+
+pub fn dead_letters_id(relation_id: u32) -> u32 {
+    internal_table_id(relation_id, DEAD_LETTERS_ORDINAL)
 }
 
 /// Whether a job that reads tables recorded its positions in their change logs at a
@@ -410,6 +420,20 @@ impl JobRegistry {
                 Some(id) => SourcePositions::load(&operator_state(id, 0))?,
                 None => Default::default(),
             };
+            // A source with `error.policy = 'dead_letter'` keeps its malformed records.
+            let dead_letter_source = match &fragment.input {
+                FragmentInput::Connector { source, .. }
+                    if crate::connectors::error_policy(&source.options)?
+                        == crate::connectors::ErrorPolicy::DeadLetter =>
+                {
+                    let id = dead_letters_id(state.relation_id);
+                    if !state_tables.iter().any(|(t, ..)| *t == id) {
+                        state_tables.push((id, f, DEAD_LETTERS.to_string()));
+                    }
+                    Some(source.name.clone())
+                }
+                _ => None,
+            };
             let mut op_tables: Vec<Vec<u32>> = Vec::new();
             let mut multi_input_head = false;
             for (position, spec) in fragment.chain.iter().enumerate() {
@@ -608,7 +632,18 @@ impl JobRegistry {
                             .map(|ids| ids.iter().map(|id| operator_state(*id, subtask)).collect())
                             .collect(),
                         positions: match source_table {
-                            Some(id) => Some(SourcePositions::new(operator_state(id, subtask))),
+                            Some(id) => {
+                                let mut positions =
+                                    SourcePositions::new(operator_state(id, subtask));
+                                if let Some(source) = &dead_letter_source {
+                                    positions.keep_dead_letters(DeadLetters::new(
+                                        operator_state(dead_letters_id(state.relation_id), subtask),
+                                        source.clone(),
+                                        f,
+                                    ));
+                                }
+                                Some(positions)
+                            }
                             None => reads_table
                                 .then(|| SourcePositions::new(log_positions_state.clone())),
                         },
@@ -619,11 +654,11 @@ impl JobRegistry {
                 ));
             }
         }
-        if state_tables.len() >= TABLE_LOG_POSITIONS_ORDINAL as usize {
+        if state_tables.len() >= DEAD_LETTERS_ORDINAL as usize {
             return Err(crate::error::EddyError::new(
                 crate::error::sqlstate::FEATURE_NOT_SUPPORTED,
                 format!(
-                    "a job with more than {TABLE_LOG_POSITIONS_ORDINAL} stateful operators is not supported"
+                    "a job with more than {DEAD_LETTERS_ORDINAL} stateful operators is not supported"
                 ),
             ));
         }

@@ -108,6 +108,56 @@ pub struct SourcePositions {
     staged: Vec<(usize, Vec<u8>)>,
     /// Splits that have ended, with their final offsets.
     ended: Vec<(usize, u64)>,
+    /// For a source with `error.policy = 'dead_letter'`.
+    dead_letters: Option<DeadLetters>,
+}
+
+/// The malformed records of a source subtask, kept with why they were skipped in the
+/// job's dead-letter table, written with the positions at the barrier (so a restore from
+/// a checkpoint keeps exactly the letters of the records before its positions).
+pub struct DeadLetters {
+    state: OperatorState,
+    source: String,
+    fragment: usize,
+    staged: Vec<(Vec<u8>, Vec<u8>)>,
+}
+
+impl DeadLetters {
+    pub fn new(state: OperatorState, source: String, fragment: usize) -> Self {
+        Self {
+            state,
+            source,
+            fragment,
+            staged: vec![],
+        }
+    }
+
+    /// Stages the records a split rejected in a batch read from `position`; each is
+    /// keyed by `fragment | split | position | index in the batch`.
+    fn stage(
+        &mut self,
+        split: usize,
+        position: u64,
+        rejected: Vec<crate::connectors::records::Rejected>,
+    ) {
+        for (index, r) in rejected.into_iter().enumerate() {
+            let mut key = Vec::with_capacity(20);
+            key.extend_from_slice(&(self.fragment as u32).to_be_bytes());
+            key.extend_from_slice(&(split as u32).to_be_bytes());
+            key.extend_from_slice(&position.to_be_bytes());
+            key.extend_from_slice(&(index as u32).to_be_bytes());
+            let value = serde_json::json!({
+                "source": self.source, "record": r.record, "error": r.error,
+            });
+            self.staged.push((key, value.to_string().into_bytes()));
+        }
+    }
+
+    fn write(&mut self, batch: &mut WriteBatch) {
+        for (key, value) in self.staged.drain(..) {
+            self.state.put_unkeyed(batch, &key, &value);
+        }
+    }
 }
 
 impl SourcePositions {
@@ -116,7 +166,13 @@ impl SourcePositions {
             state,
             staged: vec![],
             ended: vec![],
+            dead_letters: None,
         }
+    }
+
+    /// Keeps the source's malformed records (`error.policy = 'dead_letter'`).
+    pub fn keep_dead_letters(&mut self, dead_letters: DeadLetters) {
+        self.dead_letters = Some(dead_letters);
     }
 
     /// The recorded offset and watermark of each split (a job restarting from a
@@ -196,6 +252,9 @@ impl SourcePositions {
         for (split, value) in self.staged.drain(..) {
             self.state
                 .put_unkeyed(batch, &(split as u32).to_be_bytes(), &value);
+        }
+        if let Some(letters) = &mut self.dead_letters {
+            letters.write(batch);
         }
     }
 }
@@ -356,7 +415,18 @@ impl Task {
             }
             let busy = Instant::now();
             next %= readers.len();
-            let Some(batch) = readers[next].1.next_batch(batch_rows)? else {
+            let read_from = readers[next].1.offset();
+            let batch = readers[next].1.next_batch(batch_rows)?;
+            let rejected = readers[next].1.take_rejected();
+            if !rejected.is_empty()
+                && let Some(letters) = self
+                    .positions
+                    .as_mut()
+                    .and_then(|p| p.dead_letters.as_mut())
+            {
+                letters.stage(readers[next].0, read_from, rejected);
+            }
+            let Some(batch) = batch else {
                 let (split, reader) = readers.remove(next);
                 malformed_ended += reader.malformed();
                 if let Some(p) = &mut self.positions {
