@@ -774,4 +774,78 @@ async fn kafka_avro_source_with_a_schema_registry_is_exact_across_a_kill() {
     let letter = |record: &str| letters.iter().find(|l| l[2].starts_with(record)).unwrap();
     assert!(letter("{\"id\": 1}")[3].contains("not in Confluent's Avro wire format"));
     assert!(letter("\\x00")[3].contains(&format!("does not decode with schema {v2_id}")));
+
+    // The view back to Kafka as Avro keys and values (schemas registered by the sink):
+    // the topic, folded by key, is the view.
+    broker.create_topic("per_k_avro_out", 1);
+    client
+        .batch_execute(&format!(
+            "CREATE SINK per_k_avro_out FROM per_k_avro WITH (connector = 'kafka', \
+             topic = 'per_k_avro_out', properties.bootstrap.server = '{}', primary_key = 'k') \
+             FORMAT UPSERT ENCODE AVRO (schema.registry = '{}'); FLUSH;",
+            broker.address, registry.url
+        ))
+        .await
+        .unwrap();
+    let decode = |bytes: &[u8]| -> BTreeMap<String, apache_avro::types::Value> {
+        assert_eq!(bytes[0], 0, "Confluent's wire format");
+        let id = u32::from_be_bytes(bytes[1..5].try_into().unwrap());
+        let schema = apache_avro::Schema::parse_str(&registry.schema(id)).unwrap();
+        match apache_avro::from_avro_datum(&schema, &mut &bytes[5..], None).unwrap() {
+            apache_avro::types::Value::Record(fields) => fields
+                .into_iter()
+                .map(|(name, value)| match value {
+                    apache_avro::types::Value::Union(_, v) => (name, *v),
+                    v => (name, v),
+                })
+                .collect(),
+            other => panic!("not a record: {other:?}"),
+        }
+    };
+    let mut folded: BTreeMap<i32, Option<Vec<u8>>> = BTreeMap::new();
+    for m in broker.read_all("per_k_avro_out") {
+        let key = decode(m.raw_key.as_ref().expect("keyed"));
+        let apache_avro::types::Value::Int(k) = key["k"] else {
+            panic!("key {key:?}")
+        };
+        folded.insert(k, m.raw_value.clone());
+    }
+    let view = view_rows(
+        &client,
+        "SELECT k, n, total, first_name, named FROM per_k_avro",
+    )
+    .await;
+    let from_topic: Vec<Vec<String>> = folded
+        .values()
+        .flatten()
+        .map(|value| {
+            let row = decode(value);
+            let text = |name: &str| match &row[name] {
+                apache_avro::types::Value::Int(i) => i.to_string(),
+                apache_avro::types::Value::Long(i) => i.to_string(),
+                apache_avro::types::Value::String(s) => s.clone(),
+                apache_avro::types::Value::Null => "NULL".into(),
+                apache_avro::types::Value::Decimal(d) => {
+                    let bytes = Vec::<u8>::try_from(d).unwrap();
+                    let mut wide = [if bytes[0] & 0x80 != 0 { 0xff } else { 0 }; 16];
+                    wide[16 - bytes.len()..].copy_from_slice(&bytes);
+                    let cents = i128::from_be_bytes(wide);
+                    format!(
+                        "{}{}.{:02}",
+                        if cents < 0 { "-" } else { "" },
+                        cents.abs() / 100,
+                        cents.abs() % 100
+                    )
+                }
+                other => panic!("{name}: {other:?}"),
+            };
+            ["k", "n", "total", "first_name", "named"]
+                .iter()
+                .map(|c| text(c))
+                .collect()
+        })
+        .collect();
+    let mut from_topic = from_topic;
+    from_topic.sort();
+    assert_eq!(from_topic, view, "the Avro upsert topic folds to the view");
 }

@@ -218,6 +218,217 @@ pub fn shown(value: Option<&[u8]>) -> String {
     }
 }
 
+/// Writes rows as Avro records in Confluent's wire format, under a schema registered for
+/// them (a Kafka sink's values, and its keys for `FORMAT UPSERT`). Every column is a
+/// nullable field (`["null", T]`): decimals keep their precision and scale, timestamps
+/// are microseconds (`timestamp-micros` with a zone, `local-timestamp-micros` without),
+/// types Avro lacks (intervals, arrays, JSON) are strings.
+#[derive(Debug)]
+pub struct AvroEncoder {
+    id: u32,
+    schema: Schema,
+}
+
+impl AvroEncoder {
+    /// Registers the schema of `columns` (a record named `name`) under `subject`.
+    pub fn register(
+        registry: &SchemaRegistry,
+        subject: &str,
+        name: &str,
+        columns: &arrow::datatypes::Schema,
+    ) -> Result<Self> {
+        let text = schema_of_columns(name, columns)?;
+        let schema = parse_schema(&text)?;
+        let id = registry.register(subject, &text)?;
+        Ok(Self { id, schema })
+    }
+
+    /// Each row of `batch` as one message value.
+    pub fn encode(&self, batch: &arrow::array::RecordBatch) -> Result<Vec<Vec<u8>>> {
+        let columns = batch
+            .columns()
+            .iter()
+            .map(column_values)
+            .collect::<Result<Vec<_>>>()?;
+        let names: Vec<&String> = batch
+            .schema_ref()
+            .fields()
+            .iter()
+            .map(|f| f.name())
+            .collect();
+        (0..batch.num_rows())
+            .map(|row| {
+                let record = Value::Record(
+                    names
+                        .iter()
+                        .zip(&columns)
+                        .map(|(name, values)| (name.to_string(), values[row].clone()))
+                        .collect(),
+                );
+                let mut out = vec![MAGIC_BYTE];
+                out.extend_from_slice(&self.id.to_be_bytes());
+                out.extend(
+                    apache_avro::to_avro_datum(&self.schema, record).map_err(|e| {
+                        EddyError::internal(format!("cannot encode a row as Avro: {e}"))
+                    })?,
+                );
+                Ok(out)
+            })
+            .collect()
+    }
+}
+
+/// The Avro type of a column (before making it nullable).
+fn avro_type_of(data_type: &arrow::datatypes::DataType) -> serde_json::Value {
+    use arrow::datatypes::DataType::*;
+    use serde_json::json;
+    match data_type {
+        Boolean => json!("boolean"),
+        Int8 | Int16 | Int32 | UInt8 | UInt16 => json!("int"),
+        Int64 | UInt32 | UInt64 => json!("long"),
+        Float16 | Float32 => json!("float"),
+        Float64 => json!("double"),
+        Binary | LargeBinary | BinaryView => json!("bytes"),
+        Decimal128(p, s) => {
+            json!({"type": "bytes", "logicalType": "decimal", "precision": p, "scale": s})
+        }
+        Date32 => json!({"type": "int", "logicalType": "date"}),
+        Time64(_) | Time32(_) => json!({"type": "long", "logicalType": "time-micros"}),
+        Timestamp(_, Some(_)) => json!({"type": "long", "logicalType": "timestamp-micros"}),
+        Timestamp(_, None) => json!({"type": "long", "logicalType": "local-timestamp-micros"}),
+        _ => json!("string"),
+    }
+}
+
+/// The JSON text of the record schema of `columns`.
+pub fn schema_of_columns(name: &str, columns: &arrow::datatypes::Schema) -> Result<String> {
+    let valid = |n: &str| {
+        let mut chars = n.chars();
+        chars
+            .next()
+            .is_some_and(|c| c.is_ascii_alphabetic() || c == '_')
+            && chars.all(|c| c.is_ascii_alphanumeric() || c == '_')
+    };
+    let record_name: String = name
+        .chars()
+        .map(|c| if c.is_ascii_alphanumeric() { c } else { '_' })
+        .collect();
+    let mut fields = Vec::new();
+    for field in columns.fields() {
+        if !valid(field.name()) {
+            return Err(unsupported(format!(
+                "column \"{}\" is not a valid Avro field name (letters, digits and _)",
+                field.name()
+            )));
+        }
+        fields.push(serde_json::json!({
+            "name": field.name(),
+            "type": ["null", avro_type_of(field.data_type())],
+            "default": null,
+        }));
+    }
+    Ok(serde_json::json!({
+        "type": "record",
+        "name": if valid(&record_name) { record_name } else { format!("_{record_name}") },
+        "fields": fields,
+    })
+    .to_string())
+}
+
+/// A column's values as nullable Avro values (`Union(0, Null)` or `Union(1, v)`).
+fn column_values(array: &arrow::array::ArrayRef) -> Result<Vec<Value>> {
+    use arrow::array::{Array, AsArray};
+    use arrow::datatypes::DataType::*;
+    use arrow::datatypes::*;
+    let cast =
+        |to: &DataType| -> Result<arrow::array::ArrayRef> { Ok(arrow::compute::cast(array, to)?) };
+    let present = |row: usize| array.is_valid(row);
+    let values: Vec<Value> = match array.data_type() {
+        Boolean => {
+            let a = array.as_boolean();
+            (0..a.len()).map(|r| Value::Boolean(a.value(r))).collect()
+        }
+        Int8 | Int16 | Int32 | UInt8 | UInt16 => {
+            let a = cast(&Int32)?;
+            let a = a.as_primitive::<Int32Type>();
+            (0..a.len()).map(|r| Value::Int(a.value(r))).collect()
+        }
+        Int64 | UInt32 | UInt64 => {
+            let a = cast(&Int64)?;
+            let a = a.as_primitive::<Int64Type>();
+            (0..a.len()).map(|r| Value::Long(a.value(r))).collect()
+        }
+        Float16 | Float32 => {
+            let a = cast(&Float32)?;
+            let a = a.as_primitive::<Float32Type>();
+            (0..a.len()).map(|r| Value::Float(a.value(r))).collect()
+        }
+        Float64 => {
+            let a = array.as_primitive::<Float64Type>();
+            (0..a.len()).map(|r| Value::Double(a.value(r))).collect()
+        }
+        Binary | LargeBinary | BinaryView => {
+            let a = cast(&Binary)?;
+            let a = a.as_binary::<i32>();
+            (0..a.len())
+                .map(|r| Value::Bytes(a.value(r).to_vec()))
+                .collect()
+        }
+        Decimal128(..) => {
+            let a = array.as_primitive::<Decimal128Type>();
+            (0..a.len())
+                .map(|r| {
+                    Value::Decimal(apache_avro::Decimal::from(
+                        a.value(r).to_be_bytes().to_vec(),
+                    ))
+                })
+                .collect()
+        }
+        Date32 => {
+            let a = array.as_primitive::<Date32Type>();
+            (0..a.len()).map(|r| Value::Date(a.value(r))).collect()
+        }
+        Time64(_) | Time32(_) => {
+            let a = cast(&Time64(TimeUnit::Microsecond))?;
+            let a = a.as_primitive::<Time64MicrosecondType>();
+            (0..a.len())
+                .map(|r| Value::TimeMicros(a.value(r)))
+                .collect()
+        }
+        Timestamp(_, zone) => {
+            let a = cast(&Timestamp(TimeUnit::Microsecond, zone.clone()))?;
+            let a = a.as_primitive::<TimestampMicrosecondType>();
+            (0..a.len())
+                .map(|r| {
+                    if zone.is_some() {
+                        Value::TimestampMicros(a.value(r))
+                    } else {
+                        Value::LocalTimestampMicros(a.value(r))
+                    }
+                })
+                .collect()
+        }
+        _ => {
+            let a = cast(&Utf8)?;
+            let a = a.as_string::<i32>();
+            (0..a.len())
+                .map(|r| Value::String(a.value(r).to_string()))
+                .collect()
+        }
+    };
+    Ok(values
+        .into_iter()
+        .enumerate()
+        .map(|(row, v)| {
+            if present(row) {
+                Value::Union(1, Box::new(v))
+            } else {
+                Value::Union(0, Box::new(Value::Null))
+            }
+        })
+        .collect())
+}
+
 /// A value as the text its column casts from (`None`: NULL).
 fn text_of(value: &Value, schema: &Schema) -> Option<String> {
     use chrono::{DateTime, NaiveDate, NaiveTime};

@@ -28,6 +28,9 @@ impl Drop for KafkaBroker {
 pub struct Received {
     pub key: Option<String>,
     pub value: Option<String>,
+    /// The key and value as sent (binary encodings such as Avro).
+    pub raw_key: Option<Vec<u8>>,
+    pub raw_value: Option<Vec<u8>>,
 }
 
 fn tansu() -> PathBuf {
@@ -208,6 +211,8 @@ impl KafkaBroker {
                     value: message
                         .payload()
                         .map(|v| String::from_utf8_lossy(v).into_owned()),
+                    raw_key: message.key().map(<[u8]>::to_vec),
+                    raw_value: message.payload().map(<[u8]>::to_vec),
                 });
                 last = Instant::now();
             }

@@ -55,6 +55,15 @@ impl SchemaRegistryServer {
     }
 }
 
+impl SchemaRegistryServer {
+    /// The schema registered with this id.
+    pub fn schema(&self, id: u32) -> String {
+        let (status, answer) = request(&self.url, "GET", &format!("/schemas/ids/{id}"), "");
+        assert_eq!(status, 200, "{answer}");
+        answer["schema"].as_str().unwrap().to_string()
+    }
+}
+
 /// One request and its JSON answer, over a plain TCP connection.
 fn request(url: &str, method: &str, path: &str, body: &str) -> (u16, serde_json::Value) {
     let address = url.trim_start_matches("http://");

@@ -5,7 +5,10 @@
 //! - `FORMAT UPSERT ENCODE JSON` with `primary_key`: the key is the key columns as a JSON
 //!   object, the value the row, or no value (a tombstone) when the key's row is deleted;
 //! - `FORMAT DEBEZIUM ENCODE JSON` with `primary_key`: Debezium's change envelope,
-//!   `{"before": ..., "after": ..., "op": "c" | "u" | "d", "ts_ms": ...}`.
+//!   `{"before": ..., "after": ..., "op": "c" | "u" | "d", "ts_ms": ...}`;
+//! - `FORMAT PLAIN | UPSERT ENCODE AVRO (schema.registry = '...')`: values (and upsert
+//!   keys) as Avro records in Confluent's wire format, their schemas registered under
+//!   `<topic>-value` (and `<topic>-key`) when the sink's job starts.
 //!
 //! Values are encoded as the JSON file sink writes them (numbers and booleans as JSON
 //! values, decimals, timestamps and intervals as PostgreSQL's text). Plain messages are
@@ -15,6 +18,8 @@
 //! broker has acknowledged every message, so an epoch's checkpoint is only taken once its messages are
 //! in the topic; after a crash the epochs since the last checkpoint are sent again.
 
+use super::super::avro::AvroEncoder;
+use super::super::schema_registry::SchemaRegistry;
 use super::encode::{FileEncoder, FileEncoding};
 use super::{SinkContext, SinkMode, check_known, inserted_rows, invalid, primary_key};
 use crate::error::{EddyError, Result, sqlstate};
@@ -47,6 +52,18 @@ pub struct KafkaSinkSpec {
     envelope: Envelope,
     schema: SchemaRef,
     key: Vec<usize>,
+    encoding: Encoding,
+}
+
+/// How rows become message values and keys.
+#[derive(Clone)]
+enum Encoding {
+    Json,
+    /// Values, and keys (for `FORMAT UPSERT`), as Avro.
+    Avro {
+        value: std::sync::Arc<AvroEncoder>,
+        key: Option<std::sync::Arc<AvroEncoder>>,
+    },
 }
 
 impl KafkaSinkSpec {
@@ -89,25 +106,40 @@ impl KafkaSinkSpec {
                 ));
             }
         };
-        match options
+        let avro = match options
             .get("encode")
             .map(|e| e.to_ascii_lowercase())
             .as_deref()
         {
-            Some("json") => {}
+            Some("json") => false,
+            Some("avro") => true,
             Some(other) => {
                 return Err(EddyError::not_supported(format!(
-                    "ENCODE {} is not supported for kafka sinks yet; use ENCODE JSON",
+                    "ENCODE {} is not supported for kafka sinks yet; use ENCODE JSON or AVRO",
                     other.to_ascii_uppercase()
                 )));
             }
-            None => return Err(invalid("a kafka sink needs ENCODE JSON")),
-        }
-        if let Some(key) = options.keys().find(|k| k.starts_with("encode.")) {
+            None => return Err(invalid("a kafka sink needs ENCODE JSON | AVRO")),
+        };
+        let allowed: &[&str] = if avro {
+            &["encode.schema.registry"]
+        } else {
+            &[]
+        };
+        if let Some(key) = options
+            .keys()
+            .find(|k| k.starts_with("encode.") && !allowed.contains(&k.as_str()))
+        {
             return Err(invalid(format!(
-                "unknown option '{}' for ENCODE JSON",
-                key.trim_start_matches("encode.")
+                "unknown option '{}' for ENCODE {}",
+                key.trim_start_matches("encode."),
+                if avro { "AVRO" } else { "JSON" }
             )));
+        }
+        if avro && envelope == Envelope::Debezium {
+            return Err(EddyError::not_supported(
+                "FORMAT DEBEZIUM ENCODE AVRO is not supported yet; use ENCODE JSON",
+            ));
         }
         let key = primary_key(options, context)?;
         match envelope {
@@ -139,6 +171,33 @@ impl KafkaSinkSpec {
                 config.set(property, v);
             }
         }
+        let encoding = if avro {
+            let url = options.get("encode.schema.registry").ok_or_else(|| {
+                invalid("ENCODE AVRO needs its schema registry: ENCODE AVRO (schema.registry = 'http://...')")
+            })?;
+            let registry = SchemaRegistry::new(url)?;
+            let value = AvroEncoder::register(
+                &registry,
+                &super::super::avro::value_subject(&topic),
+                context.name,
+                &context.schema,
+            )?;
+            let key = match envelope {
+                Envelope::Upsert => Some(std::sync::Arc::new(AvroEncoder::register(
+                    &registry,
+                    &format!("{topic}-key"),
+                    &format!("{}_key", context.name),
+                    &context.schema.project(&key)?,
+                )?)),
+                _ => None,
+            };
+            Encoding::Avro {
+                value: std::sync::Arc::new(value),
+                key,
+            }
+        } else {
+            Encoding::Json
+        };
         Ok(Self {
             sink: context.name.to_string(),
             topic,
@@ -147,6 +206,7 @@ impl KafkaSinkSpec {
             envelope,
             schema: context.schema.clone(),
             key,
+            encoding,
         })
     }
 
@@ -206,6 +266,7 @@ impl SinkFactory for KafkaSinkSpec {
             envelope: self.envelope,
             schema: self.schema.clone(),
             key: self.key.clone(),
+            encoding: self.encoding.clone(),
             changes: KeyedChanges::default(),
         }))
     }
@@ -218,6 +279,7 @@ struct KafkaSinkWriter {
     envelope: Envelope,
     schema: SchemaRef,
     key: Vec<usize>,
+    encoding: Encoding,
     /// Upsert and Debezium: the epoch's changes per key, in the order keys were first
     /// changed.
     changes: KeyedChanges,
@@ -225,28 +287,32 @@ struct KafkaSinkWriter {
 
 /// An epoch's changes reduced per key: the row before the epoch (if the key's first
 /// change removed one) and the row after it (if its last change inserted one).
+/// An encoded key or row (JSON text or an Avro message).
+type Encoded = Vec<u8>;
+
 #[derive(Default)]
 struct KeyedChanges {
-    order: Vec<String>,
-    by_key: std::collections::HashMap<String, (Option<String>, Option<String>)>,
+    order: Vec<Encoded>,
+    by_key: std::collections::HashMap<Encoded, (Option<Encoded>, Option<Encoded>)>,
 }
 
 impl KeyedChanges {
-    fn apply(&mut self, key: &str, op: Op, row: &str) {
+    fn apply(&mut self, key: &[u8], op: Op, row: &[u8]) {
         let entry = match self.by_key.get_mut(key) {
             Some(entry) => entry,
             None => {
-                self.order.push(key.to_string());
-                let before = (!op.is_insert()).then(|| row.to_string());
-                self.by_key.entry(key.to_string()).or_insert((before, None))
+                self.order.push(key.to_vec());
+                let before = (!op.is_insert()).then(|| row.to_vec());
+                self.by_key.entry(key.to_vec()).or_insert((before, None))
             }
         };
-        entry.1 = op.is_insert().then(|| row.to_string());
+        entry.1 = op.is_insert().then(|| row.to_vec());
     }
 
     /// Each changed key with its rows before and after the epoch (keys inserted and
     /// deleted again within it are left out).
-    fn take(&mut self) -> Vec<(String, Option<String>, Option<String>)> {
+    #[allow(clippy::type_complexity)]
+    fn take(&mut self) -> Vec<(Encoded, Option<Encoded>, Option<Encoded>)> {
         let mut by_key = std::mem::take(&mut self.by_key);
         std::mem::take(&mut self.order)
             .into_iter()
@@ -268,10 +334,34 @@ fn json_rows(batch: &RecordBatch, schema: &SchemaRef) -> Result<Vec<String>> {
 }
 
 impl KafkaSinkWriter {
+    /// Each row of `batch` encoded as a message value, or as a message key (`key`: the
+    /// batch holds the key columns).
+    fn encode(&self, batch: &RecordBatch, key: bool) -> Result<Vec<Encoded>> {
+        match &self.encoding {
+            Encoding::Json => {
+                let schema = if key {
+                    std::sync::Arc::new(self.schema.project(&self.key)?)
+                } else {
+                    self.schema.clone()
+                };
+                Ok(json_rows(batch, &schema)?
+                    .into_iter()
+                    .map(String::into_bytes)
+                    .collect())
+            }
+            Encoding::Avro { value, key: keys } => match (key, keys) {
+                (false, _) => value.encode(batch),
+                (true, Some(keys)) => keys.encode(batch),
+                // Debezium with Avro is refused when the sink is created.
+                (true, None) => Err(EddyError::internal("an Avro sink without a key schema")),
+            },
+        }
+    }
+
     /// Queues one message; when the client's queue is full, waits for deliveries to make
     /// room (without blocking the worker thread).
-    async fn send(&self, key: Option<&str>, value: Option<&str>) -> Result<()> {
-        let mut record: BaseRecord<'_, str, str> = BaseRecord::to(&self.topic);
+    async fn send(&self, key: Option<&[u8]>, value: Option<&[u8]>) -> Result<()> {
+        let mut record: BaseRecord<'_, [u8], [u8]> = BaseRecord::to(&self.topic);
         if let Some(key) = key {
             record = record.key(key);
         }
@@ -328,14 +418,13 @@ impl SinkWriter for KafkaSinkWriter {
     async fn write(&mut self, chunk: StreamChunk) -> Result<()> {
         match self.envelope {
             Envelope::Plain => {
-                for value in json_rows(&inserted_rows(&chunk)?, &self.schema)? {
-                    self.send(None, Some(&value)).await?;
+                for value in self.encode(&inserted_rows(&chunk)?, false)? {
+                    self.send(None, Some(value.as_slice())).await?;
                 }
             }
             Envelope::Upsert | Envelope::Debezium => {
-                let rows = json_rows(&chunk.batch, &self.schema)?;
-                let key_schema = std::sync::Arc::new(self.schema.project(&self.key)?);
-                let keys = json_rows(&chunk.batch.project(&self.key)?, &key_schema)?;
+                let rows = self.encode(&chunk.batch, false)?;
+                let keys = self.encode(&chunk.batch.project(&self.key)?, true)?;
                 for ((key, row), op) in keys.iter().zip(&rows).zip(&chunk.ops) {
                     self.changes.apply(key, *op, row);
                 }
@@ -353,19 +442,27 @@ impl SinkWriter for KafkaSinkWriter {
         for (key, before, after) in self.changes.take() {
             match self.envelope {
                 // The key's row after the epoch, or a tombstone.
-                Envelope::Upsert => self.send(Some(&key), after.as_deref()).await?,
+                Envelope::Upsert => self.send(Some(key.as_slice()), after.as_deref()).await?,
                 Envelope::Debezium => {
                     let code = match (&before, &after) {
                         (None, _) => "c",
                         (Some(_), Some(_)) => "u",
                         (Some(_), None) => "d",
                     };
+                    // Debezium is JSON only: the rows are JSON text.
+                    let text = |row: &Option<Encoded>| {
+                        row.as_deref()
+                            .map(String::from_utf8_lossy)
+                            .unwrap_or("null".into())
+                            .into_owned()
+                    };
                     let envelope = format!(
                         "{{\"before\":{},\"after\":{},\"op\":\"{code}\",\"ts_ms\":{now}}}",
-                        before.as_deref().unwrap_or("null"),
-                        after.as_deref().unwrap_or("null"),
+                        text(&before),
+                        text(&after),
                     );
-                    self.send(Some(&key), Some(&envelope)).await?;
+                    self.send(Some(key.as_slice()), Some(envelope.as_bytes()))
+                        .await?;
                 }
                 Envelope::Plain => {}
             }
