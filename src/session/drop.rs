@@ -26,6 +26,7 @@ fn drop_one(engine: &Engine, rel: &Relation) -> Result<()> {
             engine.jobs.stop(&rel.name);
             engine.checkpoints.remove_commit_hook(&rel.name);
             super::materialized_views::clear_job_state(engine, rel)?;
+            stop_logging_unread_tables(engine, rel)?;
         }
         _ => {}
     }
@@ -44,6 +45,30 @@ fn drop_one(engine: &Engine, rel: &Relation) -> Result<()> {
     }
     if rel.kind == RelationKind::Table {
         crate::state::table_log::delete(&engine.store, rel.id)?;
+    }
+    Ok(())
+}
+
+/// The tables a dropped view or sink read that nothing reads any more stop logging their
+/// changes, and their logs go: no job will resume from them (a new one starts from the
+/// table's rows), and without jobs no barrier would ever let them be cut.
+fn stop_logging_unread_tables(engine: &Engine, dropped: &Relation) -> Result<()> {
+    let relations = engine.catalog.relations();
+    for id in &dropped.depends_on {
+        let Some(table) = relations
+            .iter()
+            .find(|r| r.id == *id && r.kind == RelationKind::Table)
+        else {
+            continue;
+        };
+        if relations.iter().any(|r| r.depends_on.contains(id)) {
+            continue;
+        }
+        engine
+            .schema_provider
+            .state_table_for(table)?
+            .changes()
+            .disable_log(|| crate::state::table_log::delete(&engine.store, *id))?;
     }
     Ok(())
 }

@@ -123,6 +123,19 @@ impl ChangeLog {
         Ok(())
     }
 
+    /// Stops logging (no job reads the table any more); `forget` deletes the log, under
+    /// the lock so no write lands in it meanwhile.
+    pub fn disable_log(
+        &self,
+        forget: impl FnOnce() -> crate::error::Result<()>,
+    ) -> crate::error::Result<()> {
+        let mut inner = self.inner.lock();
+        if inner.log.take().is_some() {
+            forget()?;
+        }
+        Ok(())
+    }
+
     pub fn is_logged(&self) -> bool {
         self.inner.lock().log.is_some()
     }

@@ -328,6 +328,27 @@ mod tests {
     }
 
     #[test]
+    fn a_table_no_job_reads_any_more_stops_logging_and_forgets_its_log() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = Arc::new(StateStore::open(dir.path(), 1 << 20).unwrap());
+        let t = table(&store, true);
+        t.enable_log().unwrap();
+        t.upsert(&rows(&t, &[1, 2], 100, None)).unwrap();
+        assert_eq!(super::last_sequence(&store, 1000).unwrap(), 1);
+        t.changes()
+            .disable_log(|| super::delete(&store, 1000))
+            .unwrap();
+        assert!(!t.changes().is_logged());
+        t.upsert(&rows(&t, &[3], 100, None)).unwrap();
+        assert_eq!(super::last_sequence(&store, 1000).unwrap(), 0);
+        let prefix = crate::state::keys::table_prefix(super::log_table_id(1000));
+        assert!(!store.any_with_prefix(&prefix).unwrap(), "the log is gone");
+        // A new reader starts a new log from its own snapshot.
+        t.enable_log().unwrap();
+        assert_eq!(barrier_position(&t, 9), 0);
+    }
+
+    #[test]
     fn rows_of_a_table_without_a_key_are_logged_with_their_row_ids() {
         let dir = tempfile::tempdir().unwrap();
         let store = Arc::new(StateStore::open(dir.path(), 1 << 20).unwrap());
