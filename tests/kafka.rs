@@ -849,3 +849,123 @@ async fn kafka_avro_source_with_a_schema_registry_is_exact_across_a_kill() {
     from_topic.sort();
     assert_eq!(from_topic, view, "the Avro upsert topic folds to the view");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_idle_partition_does_not_hold_back_the_watermark() {
+    let broker = KafkaBroker::start();
+    broker.create_topic("ticks", 2);
+    // 100 events a second apart, all in partition 0; partition 1 stays empty.
+    let messages: Vec<(i32, String)> = (0..100)
+        .map(|i| {
+            let ts = chrono::DateTime::from_timestamp(1_704_067_200 + i, 0)
+                .unwrap()
+                .format("%Y-%m-%d %H:%M:%S");
+            (0, format!(r#"{{"id": {i}, "ts": "{ts}"}}"#))
+        })
+        .collect();
+    broker.produce("ticks", &messages);
+    let server = TestServer::start_with_args(&["--barrier-interval-ms", "200"]);
+    let client = server.connect().await;
+    let source = |name: &str, timeout: &str| {
+        format!(
+            "CREATE SOURCE {name} (id BIGINT, ts TIMESTAMP, WATERMARK FOR ts AS ts - INTERVAL '1' SECOND) \
+             WITH (connector = 'kafka', topic = 'ticks', properties.bootstrap.server = '{}', \
+             scan.startup.mode = 'earliest', watermark.idle.timeout.ms = '{timeout}') FORMAT PLAIN ENCODE JSON;
+             CREATE MATERIALIZED VIEW {name}_windows AS SELECT window_start, count(*) AS n \
+             FROM TUMBLE({name}, ts, INTERVAL '10' SECOND) GROUP BY window_start EMIT ON WINDOW CLOSE;",
+            broker.address
+        )
+    };
+    client
+        .batch_execute(&format!(
+            "SET streaming_parallelism = 2; {} {}",
+            source("idle_after", "300"),
+            source("never_idle", "0")
+        ))
+        .await
+        .unwrap();
+    let error = client
+        .batch_execute(&source("bad", "soon"))
+        .await
+        .unwrap_err();
+    assert_eq!(error.code().map(|c| c.code()), Some("22023"));
+    // The watermark reaches 98 s: the windows up to [80 s, 90 s) close, 10 events each.
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        client.batch_execute("FLUSH").await.unwrap();
+        let closed = view_rows(
+            &client,
+            "SELECT count(*), coalesce(sum(n), 0) FROM idle_after_windows",
+        )
+        .await;
+        if closed == vec![vec!["9".to_string(), "90".into()]] {
+            break;
+        }
+        assert!(Instant::now() < deadline, "windows closed: {closed:?}");
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    // Without an idle timeout the empty partition holds every window open.
+    assert_eq!(
+        view_rows(&client, "SELECT count(*) FROM never_idle_windows").await,
+        vec![vec!["0".to_string()]]
+    );
+    // Rows in partition 1 at last (odd ids from 100 s): both subtasks have a watermark,
+    // so the view without an idle timeout closes the windows up to 98 s too.
+    let later = |parity: i64| -> Vec<(i32, String)> {
+        (100..130)
+            .filter(|i| i % 2 == parity)
+            .map(|i| {
+                let ts = chrono::DateTime::from_timestamp(1_704_067_200 + i, 0)
+                    .unwrap()
+                    .format("%Y-%m-%d %H:%M:%S");
+                (parity as i32, format!(r#"{{"id": {i}, "ts": "{ts}"}}"#))
+            })
+            .collect()
+    };
+    let wait_for = |view: &'static str, expected: [&'static str; 2]| {
+        let client = &client;
+        async move {
+            let deadline = Instant::now() + Duration::from_secs(60);
+            loop {
+                client.batch_execute("FLUSH").await.unwrap();
+                let closed = view_rows(
+                    client,
+                    &format!("SELECT count(*), coalesce(sum(n), 0) FROM {view}"),
+                )
+                .await;
+                if closed == vec![vec![expected[0].to_string(), expected[1].into()]] {
+                    return;
+                }
+                assert!(Instant::now() < deadline, "{view} closed: {closed:?}");
+                tokio::time::sleep(Duration::from_millis(200)).await;
+            }
+        }
+    };
+    broker.produce("ticks", &later(1));
+    wait_for("never_idle_windows", ["9", "90"]).await;
+    // Then partition 0 moves on: the windows up to [110 s, 120 s) close in both views,
+    // with every row (partition 1's rows were read before partition 0's watermark
+    // passed them; rows of a partition that was idle can otherwise come late).
+    broker.produce("ticks", &later(0));
+    wait_for("never_idle_windows", ["12", "120"]).await;
+    // The view with the idle timeout closed the same windows; the windows after 100 s
+    // may miss rows: while partition 1 had rows and partition 0 none, partition 0 was
+    // idle, so partition 1's watermark alone closed them (rows of an idle partition can
+    // come late, as in Flink). Those up to 100 s were closed before and are exact.
+    let idle_after = view_rows(
+        &client,
+        "SELECT window_start, n FROM idle_after_windows ORDER BY window_start",
+    )
+    .await;
+    assert_eq!(idle_after.len(), 12, "{idle_after:?}");
+    assert!(
+        idle_after[..10].iter().all(|w| w[1] == "10"),
+        "{idle_after:?}"
+    );
+    assert!(
+        idle_after[10..]
+            .iter()
+            .all(|w| w[1].parse::<i64>().unwrap() >= 5),
+        "{idle_after:?}"
+    );
+}

@@ -52,6 +52,23 @@ pub fn error_policy(options: &BTreeMap<String, String>) -> Result<ErrorPolicy> {
     }
 }
 
+/// The source option saying after how long without records a source subtask stops
+/// holding back the watermark downstream (milliseconds, `0`: never).
+pub const IDLE_TIMEOUT_OPTION: &str = "watermark.idle.timeout.ms";
+/// The idle timeout of a source with a watermark that sets none.
+const DEFAULT_IDLE_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(10);
+
+/// A source's idle timeout (`None`: never idle).
+pub fn idle_timeout(options: &BTreeMap<String, String>) -> Result<Option<std::time::Duration>> {
+    match options.get(IDLE_TIMEOUT_OPTION) {
+        None => Ok(Some(DEFAULT_IDLE_TIMEOUT)),
+        Some(v) => {
+            let ms = parse_option::<u64>(IDLE_TIMEOUT_OPTION, v)?;
+            Ok((ms > 0).then(|| std::time::Duration::from_millis(ms)))
+        }
+    }
+}
+
 /// The connectors Eddy knows, with what they need.
 #[derive(Debug, Clone, PartialEq)]
 pub enum ConnectorSpec {
@@ -167,11 +184,14 @@ impl SplitReader for nexmark::NexmarkSplit {
 impl ConnectorSpec {
     /// Checks a source's options against its schema and builds the connector's spec.
     pub fn from_options(schema: &SchemaRef, options: &BTreeMap<String, String>) -> Result<Self> {
-        if options.contains_key(ERROR_POLICY_OPTION) {
-            // What happens to malformed records is the task's business, not the reader's.
+        if options.contains_key(ERROR_POLICY_OPTION) || options.contains_key(IDLE_TIMEOUT_OPTION) {
+            // What happens to malformed records and when a source is idle is the task's
+            // business, not the reader's.
             error_policy(options)?;
+            idle_timeout(options)?;
             let mut options = options.clone();
             options.remove(ERROR_POLICY_OPTION);
+            options.remove(IDLE_TIMEOUT_OPTION);
             return Self::from_options(schema, &options);
         }
         if let Some(names) = options.get(processing_time::PROCTIME_OPTION) {

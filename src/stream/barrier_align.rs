@@ -67,6 +67,9 @@ pub struct AlignedInputs {
     start: usize,
     /// Per channel, the latest watermark of each column.
     watermarks: Vec<HashMap<usize, ScalarValue>>,
+    /// Channels whose sender said it is idle ([`Message::Idle`]) and has sent no rows
+    /// since: left out of merged watermarks.
+    idle: Vec<bool>,
     /// Per (input, column), the watermark last returned (input 0 when merged across).
     emitted: HashMap<(usize, usize), ScalarValue>,
 }
@@ -95,6 +98,7 @@ impl AlignedInputs {
             ready: VecDeque::new(),
             start: 0,
             watermarks: vec![HashMap::new(); n],
+            idle: vec![false; n],
             emitted: HashMap::new(),
         }
     }
@@ -109,7 +113,10 @@ impl AlignedInputs {
         };
         let mut min: Option<&ScalarValue> = None;
         for c in 0..self.channels.len() {
-            if self.channels[c].is_none() || input.is_some_and(|i| self.input_of[c] != i) {
+            if self.channels[c].is_none()
+                || self.idle[c]
+                || input.is_some_and(|i| self.input_of[c] != i)
+            {
                 continue;
             }
             let value = self.watermarks[c].get(&column)?;
@@ -138,6 +145,32 @@ impl AlignedInputs {
         if self.channels.iter().all(|c| c.is_none()) {
             return;
         }
+        self.release_watermarks_held_by(channel);
+    }
+
+    /// A channel went idle: the watermarks of the others may now grow. Every column some
+    /// open channel has a watermark for is merged again.
+    fn set_idle(&mut self, channel: usize) {
+        if self.idle[channel] {
+            return;
+        }
+        self.idle[channel] = true;
+        let mut columns: Vec<usize> = self
+            .watermarks
+            .iter()
+            .flat_map(|w| w.keys().copied())
+            .collect();
+        columns.sort_unstable();
+        columns.dedup();
+        for column in columns {
+            if let Some((input, w)) = self.merged_watermark(channel, column) {
+                self.ready.push_back((input, Message::Watermark(w)));
+            }
+        }
+    }
+
+    /// Queues the merged watermarks that `channel` no longer holds back.
+    fn release_watermarks_held_by(&mut self, channel: usize) {
         let columns: Vec<usize> = self.watermarks[channel].keys().copied().collect();
         for column in columns {
             if let Some((input, w)) = self.merged_watermark(channel, column) {
@@ -210,6 +243,7 @@ impl AlignedInputs {
             .await;
             match message {
                 None => self.close(channel),
+                Some(Message::Idle) => self.set_idle(channel),
                 Some(Message::Watermark(w)) => {
                     self.watermarks[channel].insert(w.column, w.value);
                     if let Some((input, merged)) = self.merged_watermark(channel, w.column) {
@@ -235,7 +269,11 @@ impl AlignedInputs {
                         ..b
                     });
                 }
-                Some(chunk) => return Some((self.input_of[channel], chunk)),
+                Some(chunk) => {
+                    // Rows again: the channel's watermarks count again.
+                    self.idle[channel] = false;
+                    return Some((self.input_of[channel], chunk));
+                }
             }
         }
     }
@@ -293,6 +331,7 @@ mod tests {
             Message::Barrier(b) if b.is_final => format!("B{}", b.epoch),
             Message::Barrier(b) => format!("b{}", b.epoch),
             Message::Watermark(w) => format!("w{input}:{}={}", w.column, w.value),
+            Message::Idle => format!("i{input}"),
         })
     }
 
@@ -385,6 +424,29 @@ mod tests {
             .await
             .unwrap();
         assert_eq!(next(&mut aligned).await.unwrap(), "B4");
+    }
+
+    #[tokio::test]
+    async fn an_idle_channel_stops_holding_watermarks_until_its_rows_come_again() {
+        let (mut aligned, tx) = inputs(&[0, 0, 0], WatermarkMerge::AcrossInputs);
+        tx[0].send(watermark(0, 50)).await.unwrap();
+        tx[1].send(watermark(0, 30)).await.unwrap();
+        // Channel 2 never sent a watermark: nothing can be merged yet.
+        tx[2].send(rows(1)).await.unwrap();
+        assert_eq!(next(&mut aligned).await.unwrap(), "c0:1");
+        // Channel 2 goes idle: the others' minimum goes out.
+        tx[2].send(Message::Idle).await.unwrap();
+        assert_eq!(next(&mut aligned).await.unwrap(), "w0:0=30");
+        // Channel 1 goes idle too: channel 0's watermark alone.
+        tx[1].send(Message::Idle).await.unwrap();
+        assert_eq!(next(&mut aligned).await.unwrap(), "w0:0=50");
+        // Channel 1 has rows again: its (older) watermark holds the merge back again,
+        // which never goes back.
+        tx[1].send(rows(2)).await.unwrap();
+        assert_eq!(next(&mut aligned).await.unwrap(), "c0:2");
+        tx[0].send(watermark(0, 70)).await.unwrap();
+        tx[1].send(watermark(0, 60)).await.unwrap();
+        assert_eq!(next(&mut aligned).await.unwrap(), "w0:0=60");
     }
 
     #[tokio::test]

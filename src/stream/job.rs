@@ -498,10 +498,10 @@ impl JobRegistry {
                 let placement = self.workers.place(subtask);
                 let input = match &fragment.input {
                     FragmentInput::Connector {
+                        source,
                         spec,
                         projection,
                         watermark,
-                        ..
                     } => {
                         let splits: Vec<usize> = (0..spec.split_count())
                             .filter(|s| s % fragment.parallelism == subtask)
@@ -531,6 +531,10 @@ impl JobRegistry {
                             projection: projection.clone(),
                             rows_per_second: spec.rows_per_second() as f64 * share,
                             barriers: rx,
+                            idle_timeout: match &generator {
+                                Some(_) => crate::connectors::idle_timeout(&source.options)?,
+                                None => None,
+                            },
                             watermark: generator,
                         }
                     }

@@ -56,4 +56,8 @@ pub enum Message {
     Chunk(StreamChunk),
     Barrier(Barrier),
     Watermark(Watermark),
+    /// The sender (a source subtask) has read nothing for its idle timeout: until it
+    /// sends rows again its watermarks do not hold back the minimum a receiver merges
+    /// over its channels (an idle Kafka partition must not stop every window).
+    Idle,
 }

@@ -35,6 +35,9 @@ pub enum TaskInput {
         rows_per_second: f64,
         barriers: UnboundedReceiver<Barrier>,
         watermark: Option<WatermarkGenerator>,
+        /// After how long without rows the subtask tells downstream it is idle (sources
+        /// with a watermark only).
+        idle_timeout: Option<Duration>,
     },
     /// Reads channels (from upstream tasks or a change log), after an optional snapshot.
     Merge(MergeInput),
@@ -259,6 +262,38 @@ impl SourcePositions {
     }
 }
 
+/// When a source subtask is idle: no rows for its idle timeout, announced once until
+/// rows come again.
+pub struct IdleSource {
+    timeout: Option<Duration>,
+    last_rows: Instant,
+    announced: bool,
+}
+
+impl IdleSource {
+    fn new(timeout: Option<Duration>) -> Self {
+        Self {
+            timeout,
+            last_rows: Instant::now(),
+            announced: false,
+        }
+    }
+
+    fn rows_read(&mut self) {
+        self.last_rows = Instant::now();
+        self.announced = false;
+    }
+
+    /// Whether the subtask has just become idle (true once per idle spell).
+    fn announce_now(&mut self) -> bool {
+        let due = self
+            .timeout
+            .is_some_and(|t| !self.announced && self.last_rows.elapsed() >= t);
+        self.announced |= due;
+        due
+    }
+}
+
 pub struct Task {
     pub info: Arc<TaskInfo>,
     pub input: TaskInput,
@@ -345,7 +380,9 @@ impl Task {
                 rows_per_second,
                 barriers,
                 watermark,
+                idle_timeout,
             } => {
+                let idle = IdleSource::new(*idle_timeout);
                 self.run_connector(
                     job,
                     readers,
@@ -353,6 +390,7 @@ impl Task {
                     *rows_per_second,
                     barriers,
                     watermark,
+                    idle,
                 )
                 .await
             }
@@ -360,6 +398,8 @@ impl Task {
         }
     }
 
+    // The connector input's parts, taken apart by `run_input`.
+    #[allow(clippy::too_many_arguments)]
     async fn run_connector(
         &mut self,
         job: &JobInfo,
@@ -368,6 +408,7 @@ impl Task {
         rows_per_second: f64,
         barriers: &mut UnboundedReceiver<Barrier>,
         watermark: &mut Option<WatermarkGenerator>,
+        mut idle_source: IdleSource,
     ) -> Result<()> {
         let mut stop = job.stop_receiver();
         let batch_rows = if rows_per_second > 0.0 {
@@ -461,10 +502,14 @@ impl Task {
                         }
                     }
                     add_time(&self.info.idle_ns, idle);
+                    if idle_source.announce_now() && !self.announce_idle().await {
+                        return Ok(());
+                    }
                 }
                 continue;
             }
             idle_splits = 0;
+            idle_source.rows_read();
             let rows = batch.num_rows() as u64;
             read += rows;
             job.rows_read.fetch_add(rows, Ordering::Relaxed);
@@ -506,6 +551,15 @@ impl Task {
         // Every split has ended: the stream ends at the next barrier.
         self.stage_positions(job, readers, watermark)?;
         self.end_at_next_barrier(job, barriers).await
+    }
+
+    /// Tells every downstream subtask this source subtask is idle (its watermark no longer
+    /// holds theirs back until it sends rows again); `false` when downstream is gone.
+    async fn announce_idle(&mut self) -> bool {
+        match &mut self.output {
+            TaskOutput::Dispatch(dispatcher) => dispatcher.broadcast(Message::Idle).await,
+            _ => true,
+        }
     }
 
     /// Stages the splits' positions for the barrier about to be handled.
@@ -665,6 +719,8 @@ impl Task {
                         None => Ok(()),
                     };
                 }
+                // Consumed by the alignment (it only marks a channel).
+                Some((_, Message::Idle)) => {}
                 Some((input, Message::Watermark(w))) => {
                     if !self.watermark(job, input, w).await? {
                         return Ok(());
