@@ -288,6 +288,20 @@ pub async fn restart_all(engine: &Engine) -> Result<()> {
     Ok(())
 }
 
+/// Plans a stored view's or sink's query again, at its parallelism (the workers' count
+/// when it follows them).
+async fn replan(engine: &Engine, rel: &Relation) -> Result<StreamGraph> {
+    let parallelism = rel.parallelism.unwrap_or(engine.jobs.worker_count());
+    let (_, graph) = plan_graph(
+        engine,
+        &rel.definition,
+        parallelism,
+        rel.emit_on_window_close,
+    )
+    .await?;
+    Ok(graph)
+}
+
 /// Whether a job can resume from the state the store holds for it: it recorded its
 /// positions in the logs of the tables it reads, and its query still plans to the state
 /// tables that state was written for (a job whose layout was not recorded, by an older
@@ -300,15 +314,7 @@ async fn job_can_resume(engine: &Engine, rel: &Relation, relations: &[Relation])
     if rel.state_layout.is_empty() {
         return Ok(true);
     }
-    let parallelism = rel.parallelism.unwrap_or(engine.jobs.worker_count());
-    let (_, graph) = plan_graph(
-        engine,
-        &rel.definition,
-        parallelism,
-        rel.emit_on_window_close,
-    )
-    .await?;
-    let layout = graph.state_layout()?;
+    let layout = replan(engine, rel).await?.state_layout()?;
     if layout != rel.state_layout {
         tracing::warn!(
             job = %rel.name,
@@ -351,14 +357,7 @@ pub(super) async fn restart_job(engine: &Engine, rel: &Relation, resume: bool) -
     if !resume {
         clear_job_state(engine, rel)?;
     }
-    let parallelism = rel.parallelism.unwrap_or(engine.jobs.worker_count());
-    let (_, graph) = plan_graph(
-        engine,
-        &rel.definition,
-        parallelism,
-        rel.emit_on_window_close,
-    )
-    .await?;
+    let graph = replan(engine, rel).await?;
     // What the job's state is now written for (recorded for catalogs without it, or
     // after a layout change made the job start afresh).
     let layout = graph.state_layout()?;

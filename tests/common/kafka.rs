@@ -99,24 +99,11 @@ impl KafkaBroker {
 
     /// Sends `(partition, value)` messages and waits until the broker has them all.
     pub fn produce(&self, topic: &str, messages: &[(i32, String)]) {
-        let producer: BaseProducer = ClientConfig::new()
-            .set("bootstrap.servers", &self.address)
-            .create()
-            .unwrap();
-        for (partition, value) in messages {
-            loop {
-                let record: BaseRecord<'_, (), str> = BaseRecord::to(topic)
-                    .payload(value.as_str())
-                    .partition(*partition);
-                match producer.send(record) {
-                    Ok(()) => break,
-                    Err(_) => {
-                        producer.poll(Duration::from_millis(10));
-                    }
-                }
-            }
-        }
-        producer.flush(Duration::from_secs(30)).unwrap();
+        let bytes: Vec<(i32, Vec<u8>)> = messages
+            .iter()
+            .map(|(p, v)| (*p, v.clone().into_bytes()))
+            .collect();
+        self.produce_bytes(topic, &bytes);
     }
 
     /// Sends `(partition, value)` messages with binary values and waits until the broker
