@@ -116,6 +116,42 @@ fn text(v: &serde_json::Value) -> String {
     }
 }
 
+/// Waits until the `per_k`-shaped view has counted `total` events (the jobs are shown
+/// if it does not within 90 s).
+async fn wait_until_counted(client: &tokio_postgres::Client, view: &str, total: i64) {
+    let deadline = Instant::now() + Duration::from_secs(90);
+    loop {
+        client.batch_execute("FLUSH").await.unwrap();
+        let counted = view_rows(client, &format!("SELECT coalesce(sum(n), 0) FROM {view}")).await;
+        if counted[0][0] == total.to_string() {
+            return;
+        }
+        if Instant::now() > deadline {
+            let jobs = view_rows(
+                client,
+                "SELECT name, state, error, last_failure, rows_read, malformed_rows FROM eddy_catalog.jobs",
+            )
+            .await;
+            panic!("{view} counted {counted:?} of {total} events; jobs: {jobs:?}");
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+}
+
+/// [`PER_K`] computed by DataFusion in batch over the events.
+async fn per_k_in_batch(events: &[Event]) -> Vec<Vec<String>> {
+    let ctx = datafusion::prelude::SessionContext::new();
+    ctx.register_batch("s", batch_of(events)).unwrap();
+    sorted_rows_text(
+        &ctx.sql(&format!("{PER_K} FROM s GROUP BY k"))
+            .await
+            .unwrap()
+            .collect()
+            .await
+            .unwrap(),
+    )
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn kafka_view_and_upsert_sink_are_exact_across_kills() {
     let broker = KafkaBroker::start();
@@ -165,30 +201,9 @@ async fn kafka_view_and_upsert_sink_are_exact_across_kills() {
         broker.produce("events", part);
     }
     let client = server.connect().await;
-    let deadline = Instant::now() + Duration::from_secs(90);
-    loop {
-        client.batch_execute("FLUSH").await.unwrap();
-        let counted = view_rows(&client, "SELECT coalesce(sum(n), 0) FROM per_k").await;
-        if counted[0][0] == total.to_string() {
-            break;
-        }
-        assert!(
-            Instant::now() < deadline,
-            "the view counted {counted:?} of {total} events"
-        );
-        tokio::time::sleep(Duration::from_millis(200)).await;
-    }
+    wait_until_counted(&client, "per_k", total).await;
     // Exactly the batch result: nothing lost, nothing counted twice, malformed skipped.
-    let ctx = datafusion::prelude::SessionContext::new();
-    ctx.register_batch("s", batch_of(&events)).unwrap();
-    let expected = sorted_rows_text(
-        &ctx.sql(&format!("{PER_K} FROM s GROUP BY k"))
-            .await
-            .unwrap()
-            .collect()
-            .await
-            .unwrap(),
-    );
+    let expected = per_k_in_batch(&events).await;
     let view = view_rows(&client, "SELECT * FROM per_k ORDER BY k").await;
     assert_same("kafka view", &view, &expected);
     let malformed = view_rows(
@@ -725,33 +740,8 @@ async fn kafka_avro_source_with_a_schema_registry_is_exact_across_a_kill() {
     let server = TestServer::start_in_with_args(&data_dir, &args);
     let client = server.connect().await;
 
-    let deadline = Instant::now() + Duration::from_secs(90);
-    loop {
-        client.batch_execute("FLUSH").await.unwrap();
-        let counted = view_rows(&client, "SELECT coalesce(sum(n), 0) FROM per_k_avro").await;
-        if counted[0][0] == total.to_string() {
-            break;
-        }
-        if Instant::now() > deadline {
-            let jobs = view_rows(
-                &client,
-                "SELECT name, state, error, last_failure, rows_read, malformed_rows FROM eddy_catalog.jobs",
-            )
-            .await;
-            panic!("the view counted {counted:?} of {total} events; jobs: {jobs:?}");
-        }
-        tokio::time::sleep(Duration::from_millis(200)).await;
-    }
-    let ctx = datafusion::prelude::SessionContext::new();
-    ctx.register_batch("s", batch_of(&events)).unwrap();
-    let expected = sorted_rows_text(
-        &ctx.sql(&format!("{PER_K} FROM s GROUP BY k"))
-            .await
-            .unwrap()
-            .collect()
-            .await
-            .unwrap(),
-    );
+    wait_until_counted(&client, "per_k_avro", total).await;
+    let expected = per_k_in_batch(&events).await;
     let view = view_rows(&client, "SELECT * FROM per_k_avro ORDER BY k").await;
     assert_same("avro view", &view, &expected);
     let malformed = view_rows(
