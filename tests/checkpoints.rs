@@ -497,7 +497,7 @@ async fn a_failed_job_restarts_from_its_checkpoint_and_others_go_on() {
              CREATE SOURCE f (k BIGINT, v BIGINT) WITH (connector = 'file', path = '{}') FORMAT PLAIN ENCODE CSV;
              CREATE TABLE t (k INT PRIMARY KEY);
              CREATE MATERIALIZED VIEW t_count AS SELECT count(*) AS n FROM t;
-             CREATE TABLE d (x INT);
+             CREATE TABLE d (x INT NOT NULL);
              CREATE MATERIALIZED VIEW broken AS SELECT 10 / x AS q FROM d;",
             files.display()
         ))

@@ -164,6 +164,7 @@ fn jobs_schema() -> SchemaRef {
         Field::new("error", DataType::Utf8, true),
         Field::new("restarts", DataType::Int64, false),
         Field::new("last_failure", DataType::Utf8, true),
+        Field::new("expression_errors", DataType::Int64, false),
     ]))
 }
 
@@ -226,6 +227,10 @@ fn jobs_rows(sources: &SystemSources, schema: SchemaRef) -> DFResult<RecordBatch
             )),
             Arc::new(StringArray::from_iter(
                 jobs.iter().map(|j| j.last_failure.lock().clone()),
+            )),
+            Arc::new(Int64Array::from_iter_values(
+                jobs.iter()
+                    .map(|j| j.expression_errors.load(Ordering::Relaxed) as i64),
             )),
         ],
     )?)

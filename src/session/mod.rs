@@ -254,11 +254,18 @@ impl Engine {
         let plan = scalar_subqueries::rewrite(plan)?;
         // DataFusion's rules, less those whose output a streaming job cannot run:
         // `count(DISTINCT x)` stays an aggregate (HashAgg counts distinct values itself)
-        // instead of becoming an aggregate over an aggregate.
+        // instead of becoming an aggregate over an aggregate; a `LIMIT` stays one top-N
+        // instead of being copied into scans and join inputs as a hint that only saves
+        // work in batch.
         let rules = datafusion::optimizer::Optimizer::new()
             .rules
             .into_iter()
-            .filter(|r| r.name() != "single_distinct_aggregation_to_group_by")
+            .filter(|r| {
+                !matches!(
+                    r.name(),
+                    "single_distinct_aggregation_to_group_by" | "push_down_limit"
+                )
+            })
             .collect();
         let streaming =
             datafusion::execution::session_state::SessionStateBuilder::new_from_existing(state)

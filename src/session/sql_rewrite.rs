@@ -28,13 +28,17 @@
 //!   functions ([`super::session_windows`]).
 //! - `interval * number`, `number * interval`, `interval / number` with an interval
 //!   literal or cast: `eddy_interval_mul(...)` ([`super::interval_arithmetic`]).
+//! - `generate_series(...)` / `range(...)` as a whole select item (PostgreSQL's
+//!   set-returning call, one row per value): `unnest(generate_series(...))`, named as
+//!   PostgreSQL names it. DataFusion's scalar form would return one array.
 //! - `unnest(indkey)` / `generate_subscripts(indkey, 1)`: `pg_index.indkey` is an
 //!   `int2vector` in PostgreSQL but text (`"1 2"`) in the catalog tables, so it is split
 //!   into a `smallint[]` first.
 
 use datafusion::sql::sqlparser::ast::{
-    Expr, FunctionArguments, GroupByExpr, Ident, ObjectName, Query, SelectItem, SetExpr, Statement,
-    TableFactor, Value, VisitMut, VisitorMut,
+    Expr, FunctionArg, FunctionArgExpr, FunctionArgumentList, FunctionArguments, GroupByExpr,
+    Ident, ObjectName, Query, SelectItem, SetExpr, Statement, TableFactor, Value, VisitMut,
+    VisitorMut,
 };
 use datafusion::sql::sqlparser::dialect::{DuckDbDialect, PostgreSqlDialect};
 use datafusion::sql::sqlparser::parser::Parser;
@@ -197,6 +201,7 @@ pub fn rewrite(statement: &mut Statement) {
     let _ = statement.visit(&mut LikeEscape);
     let _ = statement.visit(&mut WindowFunctions);
     let _ = statement.visit(&mut SeriesColumnAlias);
+    let _ = statement.visit(&mut SelectListSeries);
     let _ = statement.visit(&mut ModColumnName);
     let _ = statement.visit(&mut ModFunction);
     let _ = statement.visit(&mut super::interval_arithmetic::IntervalArithmetic);
@@ -653,6 +658,61 @@ impl VisitorMut for SeriesColumnAlias {
     }
 }
 
+/// A window's offset as an interval: RisingWave also takes a string (`'+6 HOURS'`), whose
+/// `+` signs Arrow's interval parser does not know (a `+` only repeats the default).
+fn interval_arg(arg: &str) -> String {
+    let arg = match arg.strip_prefix('\'').and_then(|a| a.strip_suffix('\'')) {
+        Some(text) => format!("'{}'", text.replace('+', "")),
+        None => arg.to_string(),
+    };
+    format!("CAST({arg} AS INTERVAL)")
+}
+
+struct SelectListSeries;
+
+impl VisitorMut for SelectListSeries {
+    type Break = ();
+
+    fn pre_visit_query(&mut self, query: &mut Query) -> ControlFlow<()> {
+        series_items_of(&mut query.body);
+        ControlFlow::Continue(())
+    }
+}
+
+fn series_items_of(body: &mut SetExpr) {
+    let select = match body {
+        SetExpr::Select(select) => select,
+        SetExpr::SetOperation { left, right, .. } => {
+            series_items_of(left);
+            return series_items_of(right);
+        }
+        _ => return,
+    };
+    for item in select.projection.iter_mut() {
+        let (expr, alias) = match item {
+            SelectItem::UnnamedExpr(e) => (e, None),
+            SelectItem::ExprWithAlias { expr, alias } => (expr, Some(alias.clone())),
+            _ => continue,
+        };
+        let Expr::Function(f) = expr else { continue };
+        let name = f.name.to_string().to_ascii_lowercase();
+        if !matches!(name.as_str(), "generate_series" | "range") {
+            continue;
+        }
+        let mut unnest = f.clone();
+        unnest.name = ObjectName::from(vec![Ident::new("unnest")]);
+        unnest.args = FunctionArguments::List(FunctionArgumentList {
+            duplicate_treatment: None,
+            args: vec![FunctionArg::Unnamed(FunctionArgExpr::Expr(expr.clone()))],
+            clauses: vec![],
+        });
+        *item = SelectItem::ExprWithAlias {
+            expr: Expr::Function(unnest),
+            alias: alias.unwrap_or_else(|| Ident::new(name)),
+        };
+    }
+}
+
 struct WindowFunctions;
 
 impl VisitorMut for WindowFunctions {
@@ -700,7 +760,7 @@ impl VisitorMut for WindowFunctions {
                 if rest.len() <= 1 && !window_time.is_empty() =>
             {
                 let origin = match rest.first() {
-                    Some(o) => format!("(TIMESTAMP '1970-01-01 00:00:00' + {o})"),
+                    Some(o) => format!("(TIMESTAMP '1970-01-01 00:00:00' + {})", interval_arg(o)),
                     None => "TIMESTAMP '1970-01-01 00:00:00'".to_string(),
                 };
                 let start = format!("date_bin({size}, {time}, {origin})");
@@ -711,7 +771,7 @@ impl VisitorMut for WindowFunctions {
             }
             ("tumble", [relation, time, size, rest @ ..]) if rest.len() <= 1 => {
                 let origin = match rest.first() {
-                    Some(o) => format!("(TIMESTAMP '1970-01-01 00:00:00' + {o})"),
+                    Some(o) => format!("(TIMESTAMP '1970-01-01 00:00:00' + {})", interval_arg(o)),
                     None => "TIMESTAMP '1970-01-01 00:00:00'".to_string(),
                 };
                 let start = format!("date_bin({size}, {time}, {origin})");
@@ -721,7 +781,10 @@ impl VisitorMut for WindowFunctions {
                 (relation, sql)
             }
             ("hop", [relation, time, slide, size, rest @ ..]) if rest.len() <= 1 => {
-                let offset = rest.first().map(|o| format!(", {o}")).unwrap_or_default();
+                let offset = rest
+                    .first()
+                    .map(|o| format!(", {}", interval_arg(o)))
+                    .unwrap_or_default();
                 let sql = format!(
                     "SELECT *, window_start + {size} AS window_end{} FROM \
                      (SELECT *, unnest(hop_window_starts({time}, {slide}, {size}{offset})) AS window_start FROM {relation}) AS hop_inner",
@@ -732,8 +795,8 @@ impl VisitorMut for WindowFunctions {
             ("cumulate", [relation, time, step, size, rest @ ..]) if rest.len() <= 1 => {
                 let (offset, origin) = match rest.first() {
                     Some(o) => (
-                        format!(", {o}"),
-                        format!("(TIMESTAMP '1970-01-01 00:00:00' + {o})"),
+                        format!(", {}", interval_arg(o)),
+                        format!("(TIMESTAMP '1970-01-01 00:00:00' + {})", interval_arg(o)),
                     ),
                     None => (String::new(), "TIMESTAMP '1970-01-01 00:00:00'".to_string()),
                 };

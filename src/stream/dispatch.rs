@@ -81,7 +81,7 @@ impl Dispatcher {
                 let batch = &chunk.batch;
                 let columns = keys
                     .iter()
-                    .map(|e| Ok(e.evaluate(batch)?.into_array(batch.num_rows())?))
+                    .map(|e| crate::stream::expression_errors::evaluate(e, batch))
                     .collect::<Result<Vec<ArrayRef>>>()?;
                 let rows = codec.convert_columns(&columns)?;
                 let n = self.senders.len();

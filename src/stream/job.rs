@@ -70,6 +70,8 @@ pub struct JobInfo {
     pub malformed_rows: AtomicU64,
     /// Source rows dropped for arriving behind the watermark.
     pub late_rows: AtomicU64,
+    /// Rows in which an expression failed and gave NULL ([`super::expression_errors`]).
+    pub expression_errors: AtomicU64,
     pub started: SystemTime,
     pub finished: Mutex<Option<SystemTime>>,
     pub tasks: Vec<Arc<TaskInfo>>,
@@ -681,6 +683,7 @@ impl JobRegistry {
             rows_read: AtomicU64::new(0),
             rows_written: AtomicU64::new(0),
             malformed_rows: AtomicU64::new(0),
+            expression_errors: AtomicU64::new(0),
             late_rows: AtomicU64::new(0),
             started: SystemTime::now(),
             finished: Mutex::new(None),

@@ -9,6 +9,7 @@
 pub mod barrier_align;
 pub mod chunk;
 pub mod dispatch;
+pub mod expression_errors;
 pub mod graph;
 pub mod job;
 pub mod message;

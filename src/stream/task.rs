@@ -8,8 +8,9 @@ use super::operators::Operator;
 use super::watermark::WatermarkGenerator;
 use super::{Barrier, Message, StreamChunk, Watermark};
 use crate::connectors::SplitReader;
-use crate::error::Result;
+use crate::error::{EddyError, Result};
 use crate::state::{OperatorState, StateTable};
+use futures::FutureExt;
 use rocksdb::WriteBatch;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -343,7 +344,12 @@ impl Task {
                 table_log: None,
             }),
         );
-        let result = self.run_input(&job, &mut input).await;
+        // A panic in an operator (a bug) fails the job like an error does, instead of
+        // leaving it waiting forever for this task's barriers.
+        let result = std::panic::AssertUnwindSafe(self.run_input(&job, &mut input))
+            .catch_unwind()
+            .await
+            .unwrap_or_else(|panic| Err(EddyError::internal(panic_message(&panic))));
         if let Err(e) = result {
             job.fail(e.report());
         }
@@ -763,6 +769,10 @@ impl Task {
 
     /// Delivers output chunks; `Ok(false)` when downstream is gone.
     async fn emit(&mut self, job: &JobInfo, chunks: Vec<StreamChunk>) -> Result<bool> {
+        // Every call into the chain is followed by an `emit` before anything else runs
+        // on this thread: the place to collect the rows its expressions failed on.
+        job.expression_errors
+            .fetch_add(super::expression_errors::take(), Ordering::Relaxed);
         for chunk in chunks {
             let rows = chunk.num_rows() as u64;
             if rows == 0 {
@@ -857,4 +867,14 @@ impl Task {
         }
         Ok(delivered && !barrier.is_final)
     }
+}
+
+/// What a caught panic said.
+fn panic_message(panic: &Box<dyn std::any::Any + Send>) -> String {
+    let text = panic
+        .downcast_ref::<&str>()
+        .map(|s| s.to_string())
+        .or_else(|| panic.downcast_ref::<String>().cloned())
+        .unwrap_or_else(|| "unknown cause".to_string());
+    format!("a task panicked: {text}")
 }

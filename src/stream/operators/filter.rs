@@ -24,7 +24,7 @@ pub fn mask(
     predicate: &Arc<dyn PhysicalExpr>,
     batch: &arrow::array::RecordBatch,
 ) -> Result<BooleanArray> {
-    let value = predicate.evaluate(batch)?.into_array(batch.num_rows())?;
+    let value = crate::stream::expression_errors::evaluate(predicate, batch)?;
     let value = value.as_boolean();
     Ok(if value.null_count() > 0 {
         value.iter().map(|v| Some(v == Some(true))).collect()

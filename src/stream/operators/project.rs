@@ -2,6 +2,7 @@
 
 use super::{Operator, WatermarkOutput};
 use crate::error::Result;
+use crate::stream::expression_errors;
 use crate::stream::watermark::{WatermarkMapping, map_watermark};
 use crate::stream::{StreamChunk, Watermark};
 use arrow::array::RecordBatch;
@@ -40,7 +41,8 @@ impl Project {
         let columns = self
             .exprs
             .iter()
-            .map(|e| Ok(e.evaluate(batch)?.into_array(batch.num_rows())?))
+            .zip(self.schema.fields())
+            .map(|(e, f)| expression_errors::evaluate_into(e, batch, f.is_nullable()))
             .collect::<Result<Vec<_>>>()?;
         Ok(RecordBatch::try_new_with_options(
             self.schema.clone(),

@@ -23,8 +23,8 @@ use datafusion::common::{DFSchema, ScalarValue};
 use datafusion::logical_expr::logical_plan::{Aggregate, Filter, Limit};
 use datafusion::logical_expr::utils::{conjunction, split_conjunction};
 use datafusion::logical_expr::{
-    BinaryExpr, Expr, ExprSchemable, FetchType, LogicalPlan, Operator as BinaryOp, SkipType,
-    SortExpr,
+    BinaryExpr, Expr, ExprSchemable, FetchType, LogicalPlan, LogicalPlanBuilder,
+    Operator as BinaryOp, SkipType, SortExpr,
 };
 use datafusion::physical_expr::PhysicalExpr;
 use std::sync::Arc;
@@ -46,13 +46,54 @@ pub(super) fn limit(limit: &Limit, ctx: &PlanContext) -> Result<Node> {
     else {
         return Err(unsupported("LIMIT or OFFSET with a non-constant count"));
     };
-    let LogicalPlan::Sort(sort) = limit.input.as_ref() else {
-        return Err(unsupported("LIMIT without ORDER BY"));
-    };
     let Some(fetch) = fetch else {
         return Err(unsupported("OFFSET without LIMIT"));
     };
-    limit_node(&sort.expr, skip, fetch, &sort.input, ctx)
+    match limit.input.as_ref() {
+        LogicalPlan::Sort(sort) => limit_node(&sort.expr, skip, fetch, &sort.input, ctx),
+        input => {
+            // Without `ORDER BY` any `n` rows would do; RisingWave's answer, which keeps
+            // the view deterministic, is the first `n` in the order of the columns
+            // (the stream key breaking the remaining ties).
+            if input.schema().fields().is_empty() {
+                return columnless_limit(skip, fetch, input, ctx);
+            }
+            limit_node(&in_column_order(input.schema()), skip, fetch, input, ctx)
+        }
+    }
+}
+
+/// A `LIMIT` over rows of no columns (`SELECT 1 FROM (SELECT x FROM t LIMIT n)`, whose
+/// `x` the optimizer prunes): the top-N keeps rows, so it gets one constant column to
+/// keep, every row tying on it (the stream key decides), and loses it after.
+fn columnless_limit(
+    skip: usize,
+    fetch: usize,
+    input: &LogicalPlan,
+    ctx: &PlanContext,
+) -> Result<Node> {
+    let tie = Expr::Literal(ScalarValue::Boolean(Some(true)), None).alias("__eddy_tie");
+    let with_tie = LogicalPlanBuilder::from(input.clone())
+        .project(vec![tie])?
+        .build()?;
+    let order = in_column_order(with_tie.schema());
+    let node = limit_node(&order, skip, fetch, &with_tie, ctx)?;
+    project_node(
+        &[],
+        with_tie.schema(),
+        vec![],
+        Arc::new(input.schema().as_arrow().clone()),
+        node,
+    )
+}
+
+/// Every column of `schema`, ascending, in the schema's order.
+fn in_column_order(schema: &DFSchema) -> Vec<SortExpr> {
+    schema
+        .columns()
+        .into_iter()
+        .map(|c| SortExpr::new(Expr::Column(c), true, false))
+        .collect()
 }
 
 /// The rows `skip + 1 ..= skip + fetch` of `input` in the order `sort`.

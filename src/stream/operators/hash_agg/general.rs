@@ -102,7 +102,7 @@ impl GeneralAgg {
     pub fn kept_columns(&self, batch: &RecordBatch) -> Result<Vec<ArrayRef>> {
         self.inputs
             .iter()
-            .map(|e| Ok(e.evaluate(batch)?.into_array(batch.num_rows())?))
+            .map(|e| crate::stream::expression_errors::evaluate(e, batch))
             .collect()
     }
 

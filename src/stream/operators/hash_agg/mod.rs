@@ -430,7 +430,7 @@ impl HashAgg {
     fn key_columns(&self, batch: &RecordBatch) -> Result<Vec<ArrayRef>> {
         self.group_exprs
             .iter()
-            .map(|e| Ok(e.evaluate(batch)?.into_array(batch.num_rows())?))
+            .map(|e| crate::stream::expression_errors::evaluate(e, batch))
             .collect()
     }
 
@@ -496,9 +496,8 @@ impl HashAgg {
         let Some(closed_below) = &w.closed_below else {
             return Ok(chunk);
         };
-        let window = self.group_exprs[w.key]
-            .evaluate(&chunk.batch)?
-            .into_array(chunk.num_rows())?;
+        let window =
+            crate::stream::expression_errors::evaluate(&self.group_exprs[w.key], &chunk.batch)?;
         let rows = w.codec.convert_columns(&[window])?;
         let keep: arrow::array::BooleanArray = rows
             .iter()
@@ -567,7 +566,7 @@ impl HashAgg {
                 continue;
             }
             let arg = match &call.arg {
-                Some(e) => Some(e.evaluate(batch)?.into_array(batch.num_rows())?),
+                Some(e) => Some(crate::stream::expression_errors::evaluate(e, batch)?),
                 None => None,
             };
             let signs = filtered_signs(call, batch, signs)?;

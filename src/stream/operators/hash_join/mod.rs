@@ -199,7 +199,7 @@ impl HashJoin {
         };
         let columns = self.spec.keys[side]
             .iter()
-            .map(|e| Ok(e.evaluate(batch)?.into_array(n)?))
+            .map(|e| crate::stream::expression_errors::evaluate(e, batch))
             .collect::<Result<Vec<ArrayRef>>>()?;
         let mut has_null = vec![false; n];
         for column in columns.iter().filter(|_| !self.spec.nulls_equal) {
@@ -253,7 +253,7 @@ impl HashJoin {
             [their_columns, my_columns].concat()
         };
         let batch = RecordBatch::try_new(self.candidate_schema.clone(), columns)?;
-        let result = filter.evaluate(&batch)?.into_array(batch.num_rows())?;
+        let result = crate::stream::expression_errors::evaluate(filter, &batch)?;
         let result = result
             .as_any()
             .downcast_ref::<BooleanArray>()

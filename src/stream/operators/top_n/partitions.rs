@@ -56,7 +56,7 @@ pub fn encode_rows(
     };
     let columns = exprs
         .iter()
-        .map(|e| Ok(e.evaluate(batch)?.into_array(batch.num_rows())?))
+        .map(|e| crate::stream::expression_errors::evaluate(e, batch))
         .collect::<Result<Vec<_>>>()?;
     let rows = codec.convert_columns(&columns)?;
     Ok(rows.iter().map(|r| r.as_ref().into()).collect())
