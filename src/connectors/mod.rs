@@ -19,6 +19,7 @@ pub mod processing_time;
 pub mod records;
 pub mod schema_registry;
 pub mod sink;
+pub mod values;
 
 use crate::error::{EddyError, Result, sqlstate};
 use arrow::datatypes::SchemaRef;
@@ -80,6 +81,8 @@ pub enum ConnectorSpec {
     Kafka(kafka::KafkaSpec),
     /// Another connector, with `PROCTIME()` columns filled in.
     WithProcessingTime(processing_time::ProcessingTimeSpec),
+    /// The rows of a `VALUES` list in a view's query (not a `WITH (connector = ...)`).
+    Values(values::ValuesSpec),
 }
 
 /// One split of a source, read batch by batch from a position.
@@ -105,6 +108,11 @@ pub trait SplitReader: Send {
     /// should wait a moment before asking again, rather than "this batch was filtered
     /// empty" (a generator).
     fn waits_for_data(&self) -> bool {
+        false
+    }
+    /// Whether every row must be read before the first barrier passes (the constants of
+    /// a `VALUES` list, which a view has from its creation on, like a table's rows).
+    fn before_first_barrier(&self) -> bool {
         false
     }
 }
@@ -267,6 +275,7 @@ impl ConnectorSpec {
             ConnectorSpec::File(_) | ConnectorSpec::ObjectFiles(_) => "file",
             ConnectorSpec::Kafka(_) => "kafka",
             ConnectorSpec::WithProcessingTime(s) => s.inner.name(),
+            ConnectorSpec::Values(_) => "values",
         }
     }
 
@@ -280,6 +289,7 @@ impl ConnectorSpec {
             ConnectorSpec::ObjectFiles(_) => 1,
             ConnectorSpec::Kafka(s) => s.partitions as usize,
             ConnectorSpec::WithProcessingTime(s) => s.inner.split_count(),
+            ConnectorSpec::Values(_) => 1,
         }
     }
 
@@ -293,6 +303,7 @@ impl ConnectorSpec {
             ConnectorSpec::ObjectFiles(s) => Box::new(s.split_reader(offset)),
             ConnectorSpec::Kafka(s) => Box::new(s.split_reader(split as u32, offset)),
             ConnectorSpec::WithProcessingTime(s) => Box::new(s.split_reader(split, offset)),
+            ConnectorSpec::Values(s) => Box::new(s.split_reader(offset)),
         }
     }
 
@@ -301,7 +312,10 @@ impl ConnectorSpec {
         match self {
             ConnectorSpec::Datagen(s) => s.rows_per_second,
             ConnectorSpec::Nexmark(s) => s.rows_per_second(),
-            ConnectorSpec::File(_) | ConnectorSpec::ObjectFiles(_) | ConnectorSpec::Kafka(_) => 0,
+            ConnectorSpec::File(_)
+            | ConnectorSpec::ObjectFiles(_)
+            | ConnectorSpec::Kafka(_)
+            | ConnectorSpec::Values(_) => 0,
             ConnectorSpec::WithProcessingTime(s) => s.inner.rows_per_second(),
         }
     }

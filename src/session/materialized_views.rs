@@ -108,8 +108,8 @@ pub(super) async fn start_job(
     Ok(())
 }
 
-/// Starts a job; returns whether it reads tables or views (whose current rows then
-/// reach it at the next barrier).
+/// Starts a job; returns whether it reads tables, views or constants (whose current rows
+/// then reach it at the next barrier).
 pub(super) fn spawn_job(
     engine: &Engine,
     rel: &Relation,
@@ -129,10 +129,17 @@ pub(super) fn spawn_job(
             resume,
         },
     )?;
-    Ok(graph
-        .fragments
-        .iter()
-        .any(|f| matches!(f.input, FragmentInput::Changes { .. })))
+    // The constants of a `VALUES` list go through before the first barrier too.
+    Ok(graph.fragments.iter().any(|f| {
+        matches!(
+            &f.input,
+            FragmentInput::Changes { .. }
+                | FragmentInput::Connector {
+                    spec: crate::connectors::ConnectorSpec::Values(_),
+                    ..
+                }
+        )
+    }))
 }
 
 pub(super) async fn create(

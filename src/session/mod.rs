@@ -30,6 +30,7 @@ mod sources;
 pub mod sql_rewrite;
 mod system_params;
 mod to_char;
+mod to_timestamp;
 mod token_rewrites;
 pub mod users;
 pub mod vars;

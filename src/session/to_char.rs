@@ -275,6 +275,39 @@ fn parse(template: &str) -> Vec<Item> {
     items
 }
 
+/// The chrono parsing format of a PostgreSQL template (for `to_timestamp(text,
+/// template)`), or `None` when it uses a field that cannot be parsed back.
+pub(super) fn chrono_format(template: &str) -> Option<String> {
+    let mut out = String::new();
+    for item in parse(template) {
+        match item {
+            Item::Literal(text) => out.push_str(&text.replace('%', "%%")),
+            Item::Field { field, .. } => out.push_str(match field {
+                Field::Year4 => "%Y",
+                Field::Year2 => "%y",
+                Field::Month => "%m",
+                Field::MonthName => "%B",
+                Field::MonthAbbrev => "%b",
+                Field::Day => "%d",
+                Field::DayOfYear => "%j",
+                Field::DayName => "%A",
+                Field::DayAbbrev => "%a",
+                Field::Hour24 => "%H",
+                Field::Hour12 => "%I",
+                Field::Minute => "%M",
+                Field::Second => "%S",
+                Field::Millis => "%3f",
+                Field::Micros => "%6f",
+                Field::Fraction(_) => "%f",
+                Field::Meridiem { dots: false } => "%p",
+                Field::ZoneOffset | Field::ZoneHours => "%#z",
+                _ => return None,
+            }),
+        }
+    }
+    Some(out)
+}
+
 const MONTHS: [&str; 12] = [
     "January",
     "February",

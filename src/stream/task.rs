@@ -433,7 +433,13 @@ impl Task {
             .as_ref()
             .map(|p| p.state.store().cache_budget().clone());
         while !readers.is_empty() {
-            while let Ok(barrier) = barriers.try_recv() {
+            // A split that must be read whole before the first barrier holds barriers
+            // back until it has ended (and left `readers`).
+            let holding_barriers = readers.iter().any(|(_, r)| r.before_first_barrier());
+            while let Some(barrier) = (!holding_barriers)
+                .then(|| barriers.try_recv().ok())
+                .flatten()
+            {
                 self.stage_positions(job, readers, watermark)?;
                 if !self.barrier(job, barrier).await? {
                     return Ok(());

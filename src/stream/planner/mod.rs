@@ -47,6 +47,7 @@ mod over_window;
 pub const TEMPORAL_JOIN_MARKER: &str = "__eddy_temporal_join";
 mod temporal_filter;
 mod top_n;
+mod values;
 
 pub use temporal_filter::NOW_FUNCTION;
 
@@ -891,6 +892,8 @@ fn visit(plan: &LogicalPlan, ctx: &PlanContext) -> Result<Partial> {
         LogicalPlan::Limit(limit) => plain(top_n::limit(limit, ctx)?),
         LogicalPlan::Window(window) => plain(over_window::window_node(window, ctx)?),
         LogicalPlan::Distinct(_) => Err(unsupported("DISTINCT")),
+        LogicalPlan::Values(v) => plain(values::values_node(&v.schema, &v.values)?),
+        LogicalPlan::EmptyRelation(e) => plain(values::empty_relation_node(e.produce_one_row)?),
         other => Err(unsupported(
             other
                 .display()
