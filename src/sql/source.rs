@@ -432,6 +432,8 @@ pub(crate) fn parse_options(
                 Token::Word(w) => key.push_str(&w.value.to_lowercase()),
                 Token::Period => key.push('.'),
                 Token::Number(n, _) => key.push_str(n),
+                // RisingWave's older form: WITH ('appendonly' = true).
+                Token::SingleQuotedString(s) => key.push_str(&s.to_lowercase()),
                 other => {
                     return Err(EddyError::syntax(format!(
                         "unexpected {other} in option name"

@@ -115,6 +115,11 @@ pub fn parse(sql: &str) -> Option<Result<CreateTableExtras>> {
             Err(e) => return Some(Err(e)),
         }
     }
+    // RisingWave's older spelling of APPEND ONLY: WITH ('appendonly' = true).
+    let append_only = append_only
+        || options
+            .remove("appendonly")
+            .is_some_and(|v| v.eq_ignore_ascii_case("true"));
     let watermark_items: Vec<&(usize, usize)> = items
         .iter()
         .filter(|(from, _)| is_word(tokens.get(*from), "watermark"))
@@ -221,6 +226,12 @@ mod tests {
         assert!(e.append_only);
         assert_eq!(e.on_conflict, None);
         assert!(parse("CREATE TABLE t (a INT)").is_none());
+        let e = parse("CREATE TABLE t (a INT) WITH ('appendonly' = true)")
+            .unwrap()
+            .unwrap();
+        assert!(e.append_only);
+        assert!(e.options.is_empty());
+        assert_eq!(e.statement.trim(), "CREATE TABLE t (a INT)");
         let e =
             parse("CREATE TABLE t (id INT PRIMARY KEY, v INT) ON CONFLICT DO UPDATE IF NOT NULL")
                 .unwrap()
