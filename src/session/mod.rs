@@ -29,6 +29,7 @@ mod sinks;
 mod sources;
 pub mod sql_rewrite;
 mod system_params;
+mod time_literals;
 mod to_char;
 mod to_timestamp;
 mod token_rewrites;
@@ -162,6 +163,7 @@ impl Engine {
             .set_str("datafusion.execution.time_zone", "+00:00");
         let ctx = SessionContext::new_with_config(session_config);
         ctx.add_analyzer_rule(Arc::new(numeric_division::NumericDivision));
+        ctx.add_analyzer_rule(Arc::new(time_literals::TimeLiterals));
         ctx.catalog(DATABASE_NAME)
             .expect("default catalog exists")
             .register_schema(DEFAULT_SCHEMA, schema_provider.clone())

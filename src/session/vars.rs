@@ -90,6 +90,98 @@ const DEFAULTS: &[(&str, &str, &str)] = &[
         "auto",
         "How batch queries run (RisingWave's setting: auto, local or distributed; all run alike).",
     ),
+    // RisingWave's tuning settings, which its test files and users set: accepted and
+    // shown, with no effect on what Eddy computes (its plans have no such choices).
+    (
+        "background_ddl",
+        "false",
+        "RisingWave's setting, accepted with no effect: CREATE waits for the view's rows.",
+    ),
+    (
+        "batch_parallelism",
+        "0",
+        "RisingWave's setting, accepted with no effect.",
+    ),
+    (
+        "create_compaction_group_for_mv",
+        "false",
+        "RisingWave's setting, accepted with no effect.",
+    ),
+    (
+        "rw_enable_join_ordering",
+        "true",
+        "RisingWave's setting, accepted with no effect.",
+    ),
+    (
+        "rw_enable_share_plan",
+        "true",
+        "RisingWave's setting, accepted with no effect.",
+    ),
+    (
+        "rw_enable_two_phase_agg",
+        "true",
+        "RisingWave's setting, accepted with no effect.",
+    ),
+    (
+        "rw_force_split_distinct_agg",
+        "false",
+        "RisingWave's setting, accepted with no effect.",
+    ),
+    (
+        "rw_force_two_phase_agg",
+        "false",
+        "RisingWave's setting, accepted with no effect.",
+    ),
+    (
+        "rw_streaming_enable_bushy_join",
+        "true",
+        "RisingWave's setting, accepted with no effect.",
+    ),
+    (
+        "rw_streaming_enable_delta_join",
+        "false",
+        "RisingWave's setting, accepted with no effect.",
+    ),
+    (
+        "sink_decouple",
+        "default",
+        "RisingWave's setting, accepted with no effect.",
+    ),
+    (
+        "streaming_enable_bushy_join",
+        "true",
+        "RisingWave's setting, accepted with no effect.",
+    ),
+    (
+        "streaming_enable_delta_join",
+        "false",
+        "RisingWave's setting, accepted with no effect.",
+    ),
+    (
+        "streaming_max_parallelism",
+        "256",
+        "RisingWave's setting, accepted with no effect.",
+    ),
+    (
+        "streaming_over_window_cache_policy",
+        "full",
+        "RisingWave's setting, accepted with no effect.",
+    ),
+    (
+        "streaming_use_arrangement_backfill",
+        "true",
+        "RisingWave's setting, accepted with no effect.",
+    ),
+    (
+        "streaming_use_snapshot_backfill",
+        "false",
+        "RisingWave's setting, accepted with no effect.",
+    ),
+    (
+        "visibility_mode",
+        "default",
+        "RisingWave's setting, accepted with no effect.",
+    ),
     (
         "RW_IMPLICIT_FLUSH",
         "false",
