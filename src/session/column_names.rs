@@ -69,6 +69,8 @@ fn name_of(expr: &Expr) -> Option<String> {
             .map(|name| {
                 if name == super::interval_arithmetic::INTERVAL_MUL {
                     "?column?".to_string()
+                } else if name == super::string_agg_by_row::NAME {
+                    "string_agg".to_string()
                 } else {
                     name
                 }

@@ -93,6 +93,7 @@ pub fn register(ctx: &SessionContext) {
         signature: Signature::any(1, Volatility::Immutable),
     }));
     ctx.register_udf(super::to_char::udf());
+    ctx.register_udaf(super::string_agg_by_row::udaf());
     ctx.register_udf(super::to_timestamp::udf(ctx.state().config_options()));
     ctx.register_udf(super::interval_arithmetic::udf());
     ctx.register_udf(ScalarUDF::new_from_impl(JsonBuildObject {

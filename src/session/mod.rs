@@ -28,6 +28,7 @@ mod show;
 mod sinks;
 mod sources;
 pub mod sql_rewrite;
+mod string_agg_by_row;
 mod system_params;
 mod time_literals;
 mod to_char;

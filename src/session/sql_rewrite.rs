@@ -31,6 +31,8 @@
 //! - `generate_series(...)` / `range(...)` as a whole select item (PostgreSQL's
 //!   set-returning call, one row per value): `unnest(generate_series(...))`, named as
 //!   PostgreSQL names it. DataFusion's scalar form would return one array.
+//! - `string_agg(value, delimiter)` whose delimiter is not a literal:
+//!   `eddy_string_agg(...)` ([`super::string_agg_by_row`]).
 //! - `unnest(indkey)` / `generate_subscripts(indkey, 1)`: `pg_index.indkey` is an
 //!   `int2vector` in PostgreSQL but text (`"1 2"`) in the catalog tables, so it is split
 //!   into a `smallint[]` first.
@@ -202,6 +204,7 @@ pub fn rewrite(statement: &mut Statement) {
     let _ = statement.visit(&mut WindowFunctions);
     let _ = statement.visit(&mut SeriesColumnAlias);
     let _ = statement.visit(&mut SelectListSeries);
+    let _ = statement.visit(&mut StringAggByRow);
     let _ = statement.visit(&mut ModColumnName);
     let _ = statement.visit(&mut ModFunction);
     let _ = statement.visit(&mut super::interval_arithmetic::IntervalArithmetic);
@@ -633,6 +636,23 @@ impl VisitorMut for SeriesColumnAlias {
     type Break = ();
 
     fn pre_visit_table_factor(&mut self, factor: &mut TableFactor) -> ControlFlow<()> {
+        // Without an alias PostgreSQL names both the relation and its column after the
+        // function (`SELECT generate_series FROM generate_series(1, 3)`).
+        if let TableFactor::Table {
+            name,
+            args: Some(_),
+            alias: alias @ None,
+            ..
+        } = factor
+            && name.to_string().eq_ignore_ascii_case("generate_series")
+        {
+            *alias = Some(datafusion::sql::sqlparser::ast::TableAlias {
+                explicit: true,
+                name: Ident::new("generate_series"),
+                columns: vec![],
+                at: None,
+            });
+        }
         let (name, alias) = match factor {
             TableFactor::Table {
                 name,
@@ -666,6 +686,34 @@ fn interval_arg(arg: &str) -> String {
         None => arg.to_string(),
     };
     format!("CAST({arg} AS INTERVAL)")
+}
+
+struct StringAggByRow;
+
+impl VisitorMut for StringAggByRow {
+    type Break = ();
+
+    fn post_visit_expr(&mut self, expr: &mut Expr) -> ControlFlow<()> {
+        let Expr::Function(f) = expr else {
+            return ControlFlow::Continue(());
+        };
+        if !f.name.to_string().eq_ignore_ascii_case("string_agg") {
+            return ControlFlow::Continue(());
+        }
+        let FunctionArguments::List(list) = &f.args else {
+            return ControlFlow::Continue(());
+        };
+        let delimiter_is_literal = match list.args.as_slice() {
+            [_, FunctionArg::Unnamed(FunctionArgExpr::Expr(d))] => {
+                matches!(d, Expr::Value(_))
+            }
+            _ => true,
+        };
+        if !delimiter_is_literal && list.duplicate_treatment.is_none() {
+            f.name = ObjectName::from(vec![Ident::new(super::string_agg_by_row::NAME)]);
+        }
+        ControlFlow::Continue(())
+    }
 }
 
 struct SelectListSeries;
