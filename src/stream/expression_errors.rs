@@ -30,20 +30,10 @@ pub fn take() -> u64 {
 
 /// `expr` over every row of `batch`, NULL where it fails.
 pub fn evaluate(expr: &Arc<dyn PhysicalExpr>, batch: &RecordBatch) -> Result<ArrayRef> {
-    evaluate_into(expr, batch, true)
-}
-
-/// `expr` over every row of `batch` for a column that may (`nullable`) or may not hold
-/// NULL: where it cannot, a failing row fails the job with the expression's error.
-pub fn evaluate_into(
-    expr: &Arc<dyn PhysicalExpr>,
-    batch: &RecordBatch,
-    nullable: bool,
-) -> Result<ArrayRef> {
     let rows = batch.num_rows();
     let error = match expr.evaluate(batch).and_then(|v| v.into_array(rows)) {
         Ok(array) => return Ok(array),
-        Err(e) if nullable && depends_on_data(&e) => e,
+        Err(e) if depends_on_data(&e) => e,
         Err(e) => return Err(e.into()),
     };
     let data_type = expr.data_type(&batch.schema())?;

@@ -37,15 +37,35 @@ impl Project {
         map_watermark(&self.watermarks, watermark)
     }
 
+    /// The output schema, with the columns that hold NULL where the plan expected none (an
+    /// expression that failed on a row: `10 / id IS NULL`) marked nullable.
+    fn schema_for(&self, columns: &[arrow::array::ArrayRef]) -> SchemaRef {
+        let unexpected = |(f, c): (&arrow::datatypes::FieldRef, &arrow::array::ArrayRef)| {
+            !f.is_nullable() && c.null_count() > 0
+        };
+        if !self.schema.fields().iter().zip(columns).any(unexpected) {
+            return self.schema.clone();
+        }
+        let fields: Vec<arrow::datatypes::Field> = self
+            .schema
+            .fields()
+            .iter()
+            .map(|f| f.as_ref().clone().with_nullable(true))
+            .collect();
+        Arc::new(arrow::datatypes::Schema::new_with_metadata(
+            fields,
+            self.schema.metadata().clone(),
+        ))
+    }
+
     pub fn apply(&self, batch: &RecordBatch) -> Result<RecordBatch> {
         let columns = self
             .exprs
             .iter()
-            .zip(self.schema.fields())
-            .map(|(e, f)| expression_errors::evaluate_into(e, batch, f.is_nullable()))
+            .map(|e| expression_errors::evaluate(e, batch))
             .collect::<Result<Vec<_>>>()?;
         Ok(RecordBatch::try_new_with_options(
-            self.schema.clone(),
+            self.schema_for(&columns),
             columns,
             &arrow::array::RecordBatchOptions::new().with_row_count(Some(batch.num_rows())),
         )?)
