@@ -93,6 +93,11 @@ const DEFAULTS: &[(&str, &str, &str)] = &[
     // RisingWave's tuning settings, which its test files and users set: accepted and
     // shown, with no effect on what Eddy computes (its plans have no such choices).
     (
+        "allow_drop_cascade",
+        "true",
+        "RisingWave's setting, accepted with no effect: DROP ... CASCADE is always allowed.",
+    ),
+    (
         "background_ddl",
         "false",
         "RisingWave's setting, accepted with no effect: CREATE waits for the view's rows.",

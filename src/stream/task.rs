@@ -712,13 +712,22 @@ impl Task {
                 return Ok(());
             }
         }
+        // The coordinator's last barrier, and the last epoch this stream passed on: a
+        // log that ends after its last barrier (its view's job finished) must still pass
+        // the coordinator's barriers that the log never will, or the round that sent one
+        // would wait for this job forever.
+        let mut last_injected: Option<Barrier> = None;
+        let mut last_passed = 0u64;
         loop {
             let idle = Instant::now();
             let message = tokio::select! {
                 m = inputs.next() => m,
                 _ = stopped(&mut stop) => return Ok(()),
                 // The log's own barriers count while it is open.
-                Some(_) = async { injector.as_mut()?.recv().await } => continue,
+                Some(b) = async { injector.as_mut()?.recv().await } => {
+                    last_injected = Some(b);
+                    continue;
+                }
             };
             add_time(&self.info.idle_ns, idle);
             match message {
@@ -726,6 +735,10 @@ impl Task {
                 // the coordinator's next barrier; closed task channels mean the job
                 // stopped.
                 None => {
+                    if let Some(barrier) = last_injected.filter(|b| b.epoch > last_passed) {
+                        self.barrier(job, barrier.into_final()).await?;
+                        return Ok(());
+                    }
                     return match injector {
                         Some(barriers) => self.end_at_next_barrier(job, barriers).await,
                         None => Ok(()),
@@ -757,6 +770,7 @@ impl Task {
                         log_position: None,
                         ..barrier
                     };
+                    last_passed = barrier.epoch;
                     if !self.barrier(job, barrier).await? {
                         return Ok(());
                     }
