@@ -72,7 +72,7 @@ async fn portal_with_max_rows_suspends_and_resumes() {
     let server = TestServer::start();
     let mut client = server.connect().await;
     client
-        .batch_execute("CREATE TABLE nums (n INT PRIMARY KEY); INSERT INTO nums SELECT CAST(value AS INT) FROM generate_series(1, 10);")
+        .batch_execute("CREATE TABLE nums (n INT PRIMARY KEY); INSERT INTO nums SELECT CAST(generate_series AS INT) FROM generate_series(1, 10);")
         .await
         .unwrap();
     let tx = client.transaction().await.unwrap();

@@ -113,6 +113,11 @@ const DEFAULTS: &[(&str, &str, &str)] = &[
         "RisingWave's setting, accepted with no effect.",
     ),
     (
+        "enable_two_phase_agg",
+        "true",
+        "RisingWave's setting, accepted with no effect (forced on by rw_force_two_phase_agg).",
+    ),
+    (
         "rw_enable_join_ordering",
         "true",
         "RisingWave's setting, accepted with no effect.",
@@ -338,7 +343,9 @@ impl SessionVars {
                 }
                 value.to_string()
             }
-            "rw_implicit_flush" => bool_setting(name, value)?.to_string(),
+            "rw_implicit_flush" | "rw_force_two_phase_agg" | "enable_two_phase_agg" => {
+                bool_setting(name, value)?.to_string()
+            }
             "query_mode" => {
                 let v = value.trim().to_ascii_lowercase();
                 if !matches!(v.as_str(), "auto" | "local" | "distributed") {
@@ -348,6 +355,13 @@ impl SessionVars {
             }
             _ => value.to_string(),
         };
+        // As in RisingWave, forcing two-phase aggregation turns it on.
+        if key == "rw_force_two_phase_agg"
+            && value == "true"
+            && let Some(entry) = self.values.get_mut("enable_two_phase_agg")
+        {
+            entry.1 = "true".to_string();
+        }
         match self.values.get_mut(&key) {
             Some(entry) => entry.1 = value,
             None => {
