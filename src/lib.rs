@@ -6,6 +6,7 @@ pub mod checkpoint;
 pub mod config;
 pub mod connectors;
 pub mod error;
+pub mod jsonb;
 pub mod server;
 pub mod serving;
 pub mod session;

@@ -273,7 +273,10 @@ impl SqlType {
     /// The closest column type for an Arrow type, used for the columns of views, whose
     /// types come from a query rather than a declaration.
     pub fn from_arrow(field: &Field) -> SqlType {
-        if field.metadata().get(PG_TYPE_METADATA).map(String::as_str) == Some("jsonb") {
+        // A cast keeps its input's metadata: only a string is still `jsonb`.
+        if field.metadata().get(PG_TYPE_METADATA).map(String::as_str) == Some("jsonb")
+            && field.data_type() == &DataType::Utf8
+        {
             return SqlType::Jsonb;
         }
         match field.data_type() {

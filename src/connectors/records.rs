@@ -157,10 +157,24 @@ pub fn cast_fields(
     let mut ok: Vec<bool> = fields.iter().map(Option::is_some).collect();
     let mut columns: Vec<ArrayRef> = Vec::with_capacity(width);
     for (c, field) in schema.fields().iter().enumerate() {
-        let text: StringArray = fields
+        let mut text: StringArray = fields
             .iter()
             .map(|f| f.as_ref().and_then(|f| f[c].clone()))
             .collect();
+        if crate::jsonb::is_jsonb(field) {
+            // Canonical JSON text; a value that is not JSON makes its record malformed.
+            text = text
+                .iter()
+                .enumerate()
+                .map(|(row, t)| {
+                    let normalized = t.map(crate::jsonb::text::normalize);
+                    if let Some(Err(_)) = normalized {
+                        ok[row] = false;
+                    }
+                    normalized.and_then(|n| n.ok())
+                })
+                .collect();
+        }
         let cast = cast_with_options(
             &text,
             field.data_type(),
@@ -203,6 +217,8 @@ fn json_fields(record: &str, schema: &SchemaRef) -> Option<Vec<Option<String>>> 
             .iter()
             .map(|f| match map.get(f.name()) {
                 None | Some(serde_json::Value::Null) => None,
+                // A `jsonb` column takes the JSON value itself, strings quoted.
+                Some(value) if crate::jsonb::is_jsonb(f) => Some(crate::jsonb::text::render(value)),
                 Some(serde_json::Value::String(s)) => Some(s.clone()),
                 Some(other) => Some(other.to_string()),
             })

@@ -26,7 +26,9 @@ const PG_EPOCH_OFFSET_DAYS: i32 = 10_957;
 
 /// The PostgreSQL type an Arrow field is reported as.
 pub fn pg_type(field: &Field) -> Type {
-    if field.metadata().get(PG_TYPE_METADATA).map(String::as_str) == Some("jsonb") {
+    if field.metadata().get(PG_TYPE_METADATA).map(String::as_str) == Some("jsonb")
+        && field.data_type() == &DataType::Utf8
+    {
         return Type::JSONB;
     }
     pg_type_of(field.data_type())

@@ -333,7 +333,13 @@ impl TableProvider for StoredTable {
                     Some(expr) => {
                         // Evaluate over the matched rows only: expressions see old values.
                         let value = expr.evaluate(&old)?.into_array(old.num_rows())?;
-                        cast(&value, field.data_type())?
+                        let value = cast(&value, field.data_type())?;
+                        if crate::jsonb::is_jsonb(field) {
+                            crate::jsonb::normalize_array(&value)
+                                .map_err(EddyError::into_datafusion)?
+                        } else {
+                            value
+                        }
                     }
                     None => old.column(i).clone(),
                 };
@@ -409,6 +415,7 @@ impl DataSink for TableSink {
         while let Some(batch) = data.next().await {
             let batch = batch?;
             let batch = crate::state::state_table::conform(&batch, self.table.schema())
+                .and_then(|b| crate::jsonb::normalize_columns(&b, self.table.schema()))
                 .map_err(EddyError::into_datafusion)?;
             count += match &self.txn {
                 Some(txn) => txn.insert(&self.table, &batch, self.on_conflict),

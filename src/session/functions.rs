@@ -96,9 +96,6 @@ pub fn register(ctx: &SessionContext) {
     ctx.register_udaf(super::string_agg_by_row::udaf());
     ctx.register_udf(super::to_timestamp::udf(ctx.state().config_options()));
     ctx.register_udf(super::interval_arithmetic::udf());
-    ctx.register_udf(ScalarUDF::new_from_impl(JsonBuildObject {
-        signature: Signature::variadic_any(Volatility::Stable),
-    }));
 }
 
 /// A function that answers NULL text whatever its arguments: Eddy has no sequences,
@@ -164,8 +161,6 @@ fn constant_text(name: &str, value: &'static str) -> datafusion::logical_expr::S
     )
 }
 
-/// `json_build_object(key, value, ...)`: a JSON object text from alternating keys and
-/// values (SQLAlchemy's column reflection asks for it).
 /// `pg_typeof(x)`: the name of the argument's type as PostgreSQL prints a `regtype`
 /// (`integer`, `character varying`, `numeric`: without a type modifier).
 #[derive(Debug, PartialEq, Eq, Hash)]
@@ -202,81 +197,6 @@ impl ScalarUDFImpl for PgTypeof {
             None => return datafusion::common::plan_err!("pg_typeof takes one argument"),
         };
         Ok(ColumnarValue::Scalar(ScalarValue::Utf8(Some(name))))
-    }
-}
-
-#[derive(Debug, PartialEq, Eq, Hash)]
-struct JsonBuildObject {
-    signature: Signature,
-}
-
-impl ScalarUDFImpl for JsonBuildObject {
-    fn name(&self) -> &str {
-        "json_build_object"
-    }
-
-    fn signature(&self) -> &Signature {
-        &self.signature
-    }
-
-    fn return_type(&self, _args: &[DataType]) -> datafusion::common::Result<DataType> {
-        Ok(DataType::Utf8)
-    }
-
-    fn invoke_with_args(
-        &self,
-        args: ScalarFunctionArgs,
-    ) -> datafusion::common::Result<ColumnarValue> {
-        if !args.args.len().is_multiple_of(2) {
-            return datafusion::common::plan_err!(
-                "json_build_object needs an even number of arguments"
-            );
-        }
-        let rows = args.number_rows;
-        let arrays = ColumnarValue::values_to_arrays(&args.args)?;
-        let mut out = arrow::array::StringBuilder::new();
-        for row in 0..rows {
-            let mut object = serde_json::Map::new();
-            for pair in arrays.chunks(2) {
-                let key = ScalarValue::try_from_array(&pair[0], row)?;
-                let value = ScalarValue::try_from_array(&pair[1], row)?;
-                object.insert(scalar_text(&key).unwrap_or_default(), scalar_json(&value));
-            }
-            out.append_value(serde_json::Value::Object(object).to_string());
-        }
-        Ok(ColumnarValue::Array(Arc::new(out.finish())))
-    }
-}
-
-fn scalar_text(v: &ScalarValue) -> Option<String> {
-    if v.is_null() {
-        return None;
-    }
-    Some(match v {
-        ScalarValue::Utf8(Some(s))
-        | ScalarValue::LargeUtf8(Some(s))
-        | ScalarValue::Utf8View(Some(s)) => s.clone(),
-        other => other.to_string(),
-    })
-}
-
-fn scalar_json(v: &ScalarValue) -> serde_json::Value {
-    use serde_json::Value;
-    if v.is_null() {
-        return Value::Null;
-    }
-    match v {
-        ScalarValue::Boolean(Some(b)) => Value::Bool(*b),
-        ScalarValue::Int8(Some(n)) => (*n).into(),
-        ScalarValue::Int16(Some(n)) => (*n).into(),
-        ScalarValue::Int32(Some(n)) => (*n).into(),
-        ScalarValue::Int64(Some(n)) => (*n).into(),
-        ScalarValue::UInt32(Some(n)) => (*n).into(),
-        ScalarValue::UInt64(Some(n)) => (*n).into(),
-        ScalarValue::Float64(Some(f)) => serde_json::Number::from_f64(*f)
-            .map(Value::Number)
-            .unwrap_or(Value::Null),
-        other => Value::String(scalar_text(other).unwrap_or_default()),
     }
 }
 

@@ -182,6 +182,7 @@ impl Engine {
         .map_err(|e| EddyError::from(*e))?;
         crate::catalog::pg_catalog::EddyPgCatalog::install(&ctx, DATABASE_NAME, catalog.clone())?;
         functions::register(&ctx);
+        crate::jsonb::register(&ctx)?;
         float_extremes::register(&ctx);
 
         let checkpoints = Arc::new(crate::checkpoint::Coordinator::new(

@@ -207,6 +207,8 @@ pub fn rewrite(statement: &mut Statement) {
     let _ = statement.visit(&mut StringAggByRow);
     let _ = statement.visit(&mut ModColumnName);
     let _ = statement.visit(&mut ModFunction);
+    let _ = statement.visit(&mut JsonbCasts);
+    let _ = statement.visit(&mut JsonbValuesColumns);
     let _ = statement.visit(&mut super::interval_arithmetic::IntervalArithmetic);
     match statement {
         Statement::Query(query) => alias_duplicate_columns(&mut query.body),
@@ -326,6 +328,67 @@ impl VisitorMut for ModFunction {
                 op: datafusion::sql::sqlparser::ast::BinaryOperator::Modulo,
                 right: Box::new(Expr::Nested(Box::new(b.clone()))),
             }));
+        }
+        ControlFlow::Continue(())
+    }
+}
+
+/// `x::jsonb` (and `::json`): DataFusion has no JSON type, so the cast becomes
+/// `jsonb_in(x)`, which parses the text and returns it in `jsonb`'s canonical form
+/// (see [`crate::jsonb`]).
+struct JsonbCasts;
+
+impl VisitorMut for JsonbCasts {
+    type Break = ();
+
+    fn post_visit_expr(&mut self, expr: &mut Expr) -> ControlFlow<()> {
+        use datafusion::sql::sqlparser::ast::DataType;
+        if let Expr::Cast {
+            expr: inner,
+            data_type: DataType::JSONB | DataType::JSON,
+            ..
+        } = expr
+            && let Ok(call) = Parser::new(&PostgreSqlDialect {})
+                .try_with_sql(&format!("jsonb_in({inner})"))
+                .and_then(|mut p| p.parse_expr())
+        {
+            *expr = call;
+        }
+        ControlFlow::Continue(())
+    }
+}
+
+/// A `VALUES` column with a `jsonb` cast in one row is `jsonb` in every row, as in
+/// PostgreSQL (`VALUES ('1'::jsonb), ('true')`): the other rows' values are parsed too.
+struct JsonbValuesColumns;
+
+impl VisitorMut for JsonbValuesColumns {
+    type Break = ();
+
+    fn pre_visit_query(&mut self, query: &mut Query) -> ControlFlow<()> {
+        let SetExpr::Values(values) = query.body.as_mut() else {
+            return ControlFlow::Continue(());
+        };
+        let is_jsonb = |e: &Expr| matches!(e, Expr::Function(f) if f.name.to_string().eq_ignore_ascii_case("jsonb_in"));
+        let width = values.rows.first().map_or(0, |r| r.len());
+        for column in 0..width {
+            if !values
+                .rows
+                .iter()
+                .any(|r| r.get(column).is_some_and(is_jsonb))
+            {
+                continue;
+            }
+            for row in values.rows.iter_mut() {
+                if let Some(value) = row.get_mut(column)
+                    && !is_jsonb(value)
+                    && let Ok(call) = Parser::new(&PostgreSqlDialect {})
+                        .try_with_sql(&format!("jsonb_in({value})"))
+                        .and_then(|mut p| p.parse_expr())
+                {
+                    *value = call;
+                }
+            }
         }
         ControlFlow::Continue(())
     }
@@ -744,7 +807,13 @@ fn series_items_of(body: &mut SetExpr) {
         };
         let Expr::Function(f) = expr else { continue };
         let name = f.name.to_string().to_ascii_lowercase();
-        if !matches!(name.as_str(), "generate_series" | "range") {
+        if matches!(
+            name.as_str(),
+            "jsonb_array_elements" | "jsonb_array_elements_text" | "jsonb_object_keys"
+        ) {
+            // Set-returning jsonb functions: their list function, unnested.
+            f.name = ObjectName::from(vec![Ident::new(format!("{name}_list"))]);
+        } else if !matches!(name.as_str(), "generate_series" | "range") {
             continue;
         }
         let mut unnest = f.clone();

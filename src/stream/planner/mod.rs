@@ -977,7 +977,7 @@ fn general_agg_call(
     let args = params
         .args
         .iter()
-        .map(|a| Ok((physical(a, schema)?, a.get_type(schema)?)))
+        .map(|a| Ok((physical(a, schema)?, a.to_field(schema)?.1.as_ref().clone())))
         .collect::<Result<Vec<_>>>()?;
     let order = params
         .order_by

@@ -53,7 +53,7 @@ pub struct OrderKey {
 impl GeneralAgg {
     pub fn new(
         function: Arc<AggregateUDF>,
-        args: Vec<(Arc<dyn PhysicalExpr>, DataType)>,
+        args: Vec<(Arc<dyn PhysicalExpr>, Field)>,
         order: Vec<OrderKey>,
         distinct: bool,
         ignore_nulls: bool,
@@ -67,8 +67,10 @@ impl GeneralAgg {
         let mut arguments = Vec::new();
         let mut arg_fields = Vec::new();
         let mut arg_exprs: Vec<Arc<dyn PhysicalExpr>> = Vec::new();
-        for (i, (expr, data_type)) in args.into_iter().enumerate() {
-            arg_fields.push(Field::new(format!("arg{i}"), data_type.clone(), true));
+        for (i, (expr, field)) in args.into_iter().enumerate() {
+            // The argument's own field, metadata included (a `jsonb` string is JSON).
+            let data_type = field.data_type().clone();
+            arg_fields.push(field.with_name(format!("arg{i}")).with_nullable(true));
             if let Some(literal) = expr.downcast_ref::<Literal>() {
                 arguments.push(Argument::Constant(literal.value().clone()));
                 arg_exprs.push(expr.clone());
