@@ -490,6 +490,62 @@ async fn nexmark_views_match_batch_results(parallelism: usize) {
     assert_eq!(late, vec![vec!["0".to_string()]]);
 }
 
+/// A JSON source's nested values land in `jsonb` (canonical text, strings as JSON
+/// strings), struct and array columns; a value of the wrong shape makes its record
+/// malformed, counted, not a failed job.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn json_sources_read_nested_values_into_jsonb_struct_and_array_columns() {
+    let dir = tempfile::tempdir().unwrap();
+    let json = dir.path().join("nested.jsonl");
+    std::fs::write(
+        &json,
+        concat!(
+            "{\"id\": 1, \"payload\": {\"n\": [1,2], \"k\": \"a\"}, \"point\": {\"x\": 1, \"y\": 2}, \"tags\": [\"p\", \"q\"]}\n",
+            "{\"id\": 2, \"payload\": \"just text\", \"point\": {\"x\": 3, \"y\": 4}, \"tags\": []}\n",
+            "{\"id\": 3, \"payload\": {\"k\": \"c\"}, \"point\": \"not an object\", \"tags\": [\"r\"]}\n",
+            "{\"id\": 4, \"payload\": null, \"point\": null, \"tags\": null}\n",
+        ),
+    )
+    .unwrap();
+    let server = TestServer::start();
+    let client = server.connect().await;
+    client
+        .batch_execute(&format!(
+            "CREATE SOURCE nested (id INT, payload JSONB, point STRUCT<x INT, y INT>, tags VARCHAR[]) \
+             WITH (connector = 'file', path = '{}') FORMAT PLAIN ENCODE JSON;
+             CREATE MATERIALIZED VIEW flat AS
+             SELECT id, payload, payload->>'k' AS k, (point).y AS y, point, tags FROM nested;",
+            json.display()
+        ))
+        .await
+        .unwrap();
+    wait_for_jobs(&client, 1).await;
+    let row = |cells: [&str; 6]| cells.iter().map(|c| c.to_string()).collect::<Vec<_>>();
+    assert_eq!(
+        view_rows(&client, "SELECT * FROM flat").await,
+        vec![
+            row([
+                "1",
+                r#"{"k": "a", "n": [1, 2]}"#,
+                "a",
+                "2",
+                "(1,2)",
+                "{p,q}"
+            ]),
+            row(["2", r#""just text""#, "NULL", "4", "(3,4)", "{}"]),
+            row(["4", "NULL", "NULL", "NULL", "NULL", "NULL"]),
+        ]
+    );
+    assert_eq!(
+        view_rows(
+            &client,
+            "SELECT rows_read, malformed_rows FROM eddy_catalog.jobs WHERE name = 'flat'"
+        )
+        .await,
+        vec![vec!["3".to_string(), "1".into()]]
+    );
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn file_sources_skip_and_count_malformed_lines() {
     let dir = tempfile::tempdir().unwrap();

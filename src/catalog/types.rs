@@ -66,6 +66,8 @@ pub enum SqlType {
     Jsonb,
     /// `t[]`: an Arrow list of the element type.
     Array(Box<SqlType>),
+    /// `struct<name type, ...>` (RisingWave's composite type): an Arrow struct.
+    Struct(Vec<(String, SqlType)>),
 }
 
 impl SqlType {
@@ -135,6 +137,15 @@ impl SqlType {
                 | ArrayElemTypeDef::AngleBracket(inner)
                 | ArrayElemTypeDef::Parenthesis(inner),
             ) => SqlType::Array(Box::new(SqlType::from_ast(inner)?)),
+            Custom(name, _)
+                if name.0.len() == 1
+                    && name.0[0]
+                        .as_ident()
+                        .is_some_and(|i| i.value.starts_with("struct<")) =>
+            {
+                let text = &name.0[0].as_ident().expect("checked").value;
+                SqlType::parse_struct(text)?
+            }
             Custom(name, _) => {
                 let n = name.to_string().to_ascii_lowercase();
                 match n.as_str() {
@@ -185,7 +196,63 @@ impl SqlType {
             SqlType::Interval => DataType::Interval(IntervalUnit::MonthDayNano),
             SqlType::Bytea => DataType::Binary,
             SqlType::Array(inner) => DataType::new_list(inner.to_arrow(), true),
+            SqlType::Struct(fields) => DataType::Struct(
+                fields
+                    .iter()
+                    .map(|(name, ty)| ty.to_field(name, true))
+                    .collect(),
+            ),
         }
+    }
+
+    /// `struct<name type, ...>` as the token rewrite leaves it (one name, nested structs
+    /// inside); each field's type is read as any column type.
+    pub fn parse_struct(text: &str) -> Result<SqlType> {
+        let bad = || EddyError::syntax(format!("invalid struct type: {text}"));
+        let inner = text
+            .trim()
+            .strip_prefix("struct<")
+            .and_then(|t| t.strip_suffix('>'))
+            .ok_or_else(bad)?;
+        // Fields end at commas outside nested `<...>` and `(...)`.
+        let mut parts = Vec::new();
+        let (mut depth, mut start) = (0i32, 0usize);
+        for (i, b) in inner.bytes().enumerate() {
+            match b {
+                b'<' | b'(' => depth += 1,
+                b'>' | b')' => depth -= 1,
+                b',' if depth == 0 => {
+                    parts.push(&inner[start..i]);
+                    start = i + 1;
+                }
+                _ => {}
+            }
+        }
+        parts.push(&inner[start..]);
+        let mut fields = Vec::new();
+        for field in parts.into_iter().map(str::trim).filter(|f| !f.is_empty()) {
+            let (name, ty) = field.split_once(char::is_whitespace).ok_or_else(bad)?;
+            let ty = ty.trim();
+            let ty = if ty.starts_with("struct<") && !ty.ends_with("[]") {
+                SqlType::parse_struct(ty)?
+            } else if let Some(element) = ty.strip_suffix("[]").filter(|t| t.starts_with("struct<"))
+            {
+                SqlType::Array(Box::new(SqlType::parse_struct(element)?))
+            } else {
+                let parsed = datafusion::sql::sqlparser::parser::Parser::new(
+                    &datafusion::sql::sqlparser::dialect::PostgreSqlDialect {},
+                )
+                .try_with_sql(ty)
+                .and_then(|mut p| p.parse_data_type())
+                .map_err(|e| EddyError::syntax(format!("invalid type {ty} in a struct: {e}")))?;
+                SqlType::from_ast(&parsed)?
+            };
+            fields.push((name.trim_matches('"').to_string(), ty));
+        }
+        if fields.is_empty() {
+            return Err(bad());
+        }
+        Ok(SqlType::Struct(fields))
     }
 
     /// The Arrow field for a column of this type, with the metadata that keeps types like
@@ -226,6 +293,14 @@ impl SqlType {
             SqlType::Bytea => "bytea".into(),
             SqlType::Jsonb => "jsonb".into(),
             SqlType::Array(inner) => format!("{}[]", inner.pg_name()),
+            SqlType::Struct(fields) => format!(
+                "struct<{}>",
+                fields
+                    .iter()
+                    .map(|(name, ty)| format!("{name} {}", ty.pg_name()))
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            ),
         }
     }
 
@@ -249,6 +324,7 @@ impl SqlType {
             SqlType::Interval => "interval",
             SqlType::Bytea => "bytea",
             SqlType::Jsonb => "jsonb",
+            SqlType::Struct(_) => "struct",
             SqlType::Array(inner) => match inner.as_ref() {
                 SqlType::Boolean => "_bool",
                 SqlType::SmallInt => "_int2",
@@ -265,7 +341,7 @@ impl SqlType {
                 SqlType::Interval => "_interval",
                 SqlType::Bytea => "_bytea",
                 SqlType::Jsonb => "_jsonb",
-                SqlType::Text | SqlType::Array(_) => "_text",
+                SqlType::Text | SqlType::Array(_) | SqlType::Struct(_) => "_text",
             },
         }
     }
@@ -303,6 +379,12 @@ impl SqlType {
             DataType::List(f) | DataType::LargeList(f) | DataType::FixedSizeList(f, _) => {
                 SqlType::Array(Box::new(SqlType::from_arrow(f)))
             }
+            DataType::Struct(fields) => SqlType::Struct(
+                fields
+                    .iter()
+                    .map(|f| (f.name().clone(), SqlType::from_arrow(f)))
+                    .collect(),
+            ),
             _ => SqlType::Text,
         }
     }

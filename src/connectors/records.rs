@@ -175,14 +175,18 @@ pub fn cast_fields(
                 })
                 .collect();
         }
-        let cast = cast_with_options(
-            &text,
-            field.data_type(),
-            &CastOptions {
-                safe: true,
-                ..Default::default()
-            },
-        )?;
+        let cast = if field.data_type().is_nested() {
+            nested_from_json(&text, field, &mut ok)?
+        } else {
+            cast_with_options(
+                &text,
+                field.data_type(),
+                &CastOptions {
+                    safe: true,
+                    ..Default::default()
+                },
+            )?
+        };
         for (row, keep) in ok.iter_mut().enumerate() {
             if *keep
                 && text.is_valid(row)
@@ -202,6 +206,50 @@ pub fn cast_fields(
         )?,
         ok,
     ))
+}
+
+/// A column of a nested type (struct, array) from each value's JSON text: decoded by
+/// Arrow's JSON reader as a whole, or, when that fails, value by value, a value that
+/// does not decode making its record malformed.
+fn nested_from_json(
+    text: &StringArray,
+    field: &arrow::datatypes::Field,
+    ok: &mut [bool],
+) -> Result<ArrayRef> {
+    let schema = std::sync::Arc::new(arrow::datatypes::Schema::new(vec![
+        field.clone().with_name("v").with_nullable(true),
+    ]));
+    let decode = |values: &mut dyn Iterator<Item = Option<&str>>| -> Option<ArrayRef> {
+        let mut decoder = arrow::json::ReaderBuilder::new(schema.clone())
+            .build_decoder()
+            .ok()?;
+        let mut lines = String::new();
+        for v in values {
+            lines.push_str("{\"v\": ");
+            lines.push_str(v.unwrap_or("null"));
+            lines.push_str("}\n");
+        }
+        decoder.decode(lines.as_bytes()).ok()?;
+        decoder.flush().ok()?.map(|b| b.column(0).clone())
+    };
+    if text.is_empty() {
+        return Ok(arrow::array::new_empty_array(field.data_type()));
+    }
+    if let Some(column) = decode(&mut text.iter()).filter(|c| c.len() == text.len()) {
+        return Ok(column);
+    }
+    let mut parts = Vec::with_capacity(text.len());
+    for (row, value) in text.iter().enumerate() {
+        match decode(&mut std::iter::once(value)).filter(|c| c.len() == 1) {
+            Some(one) => parts.push(one),
+            None => {
+                ok[row] = false;
+                parts.push(arrow::array::new_null_array(field.data_type(), 1));
+            }
+        }
+    }
+    let parts: Vec<&dyn Array> = parts.iter().map(|p| p.as_ref()).collect();
+    Ok(arrow::compute::concat(&parts)?)
 }
 
 /// A JSON object's fields as text, by column name; `None` when the record is not an

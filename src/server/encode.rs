@@ -280,6 +280,10 @@ fn write_text(array: &ArrayRef, row: usize, buf: &mut BytesMut, in_array: bool) 
             s = format_list(array.as_list::<i32>().value(row))?;
             Ok(())
         }
+        DataType::Struct(_) => {
+            s = format_record(array.as_struct(), row)?;
+            Ok(())
+        }
         _ => {
             let formatter = arrow::util::display::ArrayFormatter::try_new(
                 array.as_ref(),
@@ -491,6 +495,46 @@ fn format_list(values: ArrayRef) -> Result<String> {
         }
     }
     out.push('}');
+    Ok(out)
+}
+
+/// A struct value as PostgreSQL prints a record: `(1,"a b",)` — fields in order, NULL as
+/// nothing, a field quoted when it is empty or holds `(),"\` or whitespace (but not a
+/// nested struct, as in RisingWave).
+fn format_record(record: &arrow::array::StructArray, row: usize) -> Result<String> {
+    let mut out = String::from("(");
+    for (i, column) in record.columns().iter().enumerate() {
+        if i > 0 {
+            out.push(',');
+        }
+        let column = normalize(column)?;
+        if column.logical_nulls().is_some_and(|n| n.is_null(row)) {
+            continue;
+        }
+        let mut buf = BytesMut::new();
+        write_text(&column, row, &mut buf, false)?;
+        let text = String::from_utf8_lossy(&buf).into_owned();
+        // A nested struct is printed as it is, as RisingWave does: `(1,(2,3))`.
+        let nested = matches!(column.data_type(), DataType::Struct(_));
+        let needs_quotes = !nested
+            && (text.is_empty()
+                || text
+                    .chars()
+                    .any(|c| matches!(c, '(' | ')' | ',' | '"' | '\\') || c.is_whitespace()));
+        if needs_quotes {
+            out.push('"');
+            for c in text.chars() {
+                if c == '"' || c == '\\' {
+                    out.push(c);
+                }
+                out.push(c);
+            }
+            out.push('"');
+        } else {
+            out.push_str(&text);
+        }
+    }
+    out.push(')');
     Ok(out)
 }
 

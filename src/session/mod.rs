@@ -29,6 +29,7 @@ mod sinks;
 mod sources;
 pub mod sql_rewrite;
 mod string_agg_by_row;
+mod struct_casts;
 mod system_params;
 mod time_literals;
 mod to_char;
@@ -165,6 +166,8 @@ impl Engine {
         let ctx = SessionContext::new_with_config(session_config);
         ctx.add_analyzer_rule(Arc::new(numeric_division::NumericDivision));
         ctx.add_analyzer_rule(Arc::new(time_literals::TimeLiterals));
+        ctx.add_analyzer_rule(Arc::new(struct_casts::StructCasts));
+        ctx.register_udf(struct_casts::udf().as_ref().clone());
         ctx.catalog(DATABASE_NAME)
             .expect("default catalog exists")
             .register_schema(DEFAULT_SCHEMA, schema_provider.clone())
@@ -282,6 +285,8 @@ impl Engine {
     pub fn parse(&self, sql: &str) -> Result<Vec<Statement>> {
         let replaced = client_queries::replacement(sql);
         let sql = replaced.as_deref().unwrap_or(sql);
+        let with_structs = crate::sql::struct_types::rewrite(sql)?;
+        let sql = with_structs.as_deref().unwrap_or(sql);
         let rewritten = token_rewrites::rewrite(sql)?;
         let sql = rewritten.as_deref().unwrap_or(sql);
         let mut statements = self

@@ -209,6 +209,7 @@ pub fn rewrite(statement: &mut Statement) {
     let _ = statement.visit(&mut ModFunction);
     let _ = statement.visit(&mut JsonbCasts);
     let _ = statement.visit(&mut JsonbValuesColumns);
+    let _ = statement.visit(&mut StructFieldAccess);
     let _ = statement.visit(&mut super::interval_arithmetic::IntervalArithmetic);
     match statement {
         Statement::Query(query) => alias_duplicate_columns(&mut query.body),
@@ -389,6 +390,68 @@ impl VisitorMut for JsonbValuesColumns {
                     *value = call;
                 }
             }
+        }
+        ControlFlow::Continue(())
+    }
+}
+
+/// `(v).field` on a struct: DataFusion's planner reads a dotted name only as a column,
+/// so the access becomes `get_field(v, 'field')` (nested for `(v).a.b`), and a select
+/// item that is such an access is named after its last field, as in PostgreSQL.
+struct StructFieldAccess;
+
+impl VisitorMut for StructFieldAccess {
+    type Break = ();
+
+    fn pre_visit_query(&mut self, query: &mut Query) -> ControlFlow<()> {
+        if let SetExpr::Select(select) = query.body.as_mut() {
+            for item in select.projection.iter_mut() {
+                if let SelectItem::UnnamedExpr(Expr::CompoundFieldAccess { root, access_chain }) =
+                    item
+                    && matches!(root.as_ref(), Expr::Nested(_))
+                    && let Some(datafusion::sql::sqlparser::ast::AccessExpr::Dot(Expr::Identifier(
+                        last,
+                    ))) = access_chain.last()
+                {
+                    let alias = last.clone();
+                    let SelectItem::UnnamedExpr(expr) = item else {
+                        unreachable!("matched above")
+                    };
+                    *item = SelectItem::ExprWithAlias {
+                        expr: expr.clone(),
+                        alias,
+                    };
+                }
+            }
+        }
+        ControlFlow::Continue(())
+    }
+
+    fn post_visit_expr(&mut self, expr: &mut Expr) -> ControlFlow<()> {
+        use datafusion::sql::sqlparser::ast::AccessExpr;
+        let Expr::CompoundFieldAccess { root, access_chain } = expr else {
+            return ControlFlow::Continue(());
+        };
+        let Expr::Nested(inner) = root.as_ref() else {
+            return ControlFlow::Continue(());
+        };
+        if !access_chain
+            .iter()
+            .all(|a| matches!(a, AccessExpr::Dot(Expr::Identifier(_))))
+        {
+            return ControlFlow::Continue(());
+        }
+        let mut text = inner.to_string();
+        for access in access_chain.iter() {
+            if let AccessExpr::Dot(Expr::Identifier(field)) = access {
+                text = format!("get_field({text}, '{}')", field.value.replace('\'', "''"));
+            }
+        }
+        if let Ok(call) = Parser::new(&PostgreSqlDialect {})
+            .try_with_sql(&text)
+            .and_then(|mut p| p.parse_expr())
+        {
+            *expr = call;
         }
         ControlFlow::Continue(())
     }

@@ -8,6 +8,7 @@ pub mod alter_parallelism;
 pub mod alter_system;
 pub mod sink;
 pub mod source;
+pub mod struct_types;
 pub mod table_extras;
 
 pub use sink::CreateSink;
@@ -114,6 +115,11 @@ mod split_tests {
 
 /// `Some` when `sql` is one of Eddy's own statements.
 pub fn parse_eddy_statement(sql: &str) -> Option<Result<EddyStatement>> {
+    let with_structs = match struct_types::rewrite(sql) {
+        Ok(rewritten) => rewritten,
+        Err(e) => return Some(Err(e)),
+    };
+    let sql = with_structs.as_deref().unwrap_or(sql);
     if let Some(user) = parse_user_statement(sql) {
         return Some(user.map(EddyStatement::User));
     }

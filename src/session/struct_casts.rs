@@ -1,0 +1,122 @@
+//! Casts between struct types match fields by position, as PostgreSQL and RisingWave
+//! do: `INSERT INTO t VALUES (1, (2, 3))` writes the row constructor `(2, 3)` (fields
+//! `c0`, `c1` to DataFusion) into a `struct<a int, b int>` column. DataFusion only casts
+//! structs whose field names match, so this analyzer rule turns any other struct cast
+//! into [`CAST_BY_POSITION`], which casts with Arrow's kernel (by position when names
+//! differ).
+
+use arrow::datatypes::{DataType, FieldRef};
+use datafusion::common::config::ConfigOptions;
+use datafusion::common::tree_node::{Transformed, TreeNode};
+use datafusion::common::{DFSchema, Result, ScalarValue};
+use datafusion::logical_expr::expr::ScalarFunction;
+use datafusion::logical_expr::expr_rewriter::NamePreserver;
+use datafusion::logical_expr::{
+    Cast, ColumnarValue, Expr, ExprSchemable, LogicalPlan, ReturnFieldArgs, ScalarFunctionArgs,
+    ScalarUDF, ScalarUDFImpl, Signature, Volatility,
+};
+use datafusion::optimizer::AnalyzerRule;
+use std::sync::{Arc, LazyLock};
+
+pub const CAST_BY_POSITION: &str = "eddy_cast_by_position";
+
+static UDF: LazyLock<Arc<ScalarUDF>> = LazyLock::new(|| {
+    Arc::new(ScalarUDF::new_from_impl(CastByPosition {
+        signature: Signature::any(2, Volatility::Immutable),
+    }))
+});
+
+pub fn udf() -> Arc<ScalarUDF> {
+    UDF.clone()
+}
+
+#[derive(Debug, Default)]
+pub struct StructCasts;
+
+impl AnalyzerRule for StructCasts {
+    fn analyze(&self, plan: LogicalPlan, _config: &ConfigOptions) -> Result<LogicalPlan> {
+        plan.transform_up_with_subqueries(|node| {
+            let mut schema = DFSchema::empty();
+            for input in node.inputs() {
+                schema.merge(input.schema());
+            }
+            let names = NamePreserver::new(&node);
+            node.map_expressions(|e| {
+                let name = names.save(&e);
+                Ok(e.transform_up(|e| by_position(e, &schema))?
+                    .update_data(|e| name.restore(e)))
+            })
+        })
+        .map(|t| t.data)
+    }
+
+    fn name(&self) -> &str {
+        "eddy_struct_casts"
+    }
+}
+
+fn by_position(expr: Expr, schema: &DFSchema) -> Result<Transformed<Expr>> {
+    let Expr::Cast(Cast { expr: inner, field }) = &expr else {
+        return Ok(Transformed::no(expr));
+    };
+    let Ok(source) = inner.get_type(schema) else {
+        return Ok(Transformed::no(expr));
+    };
+    if !names_differ(&source, field.data_type()) {
+        return Ok(Transformed::no(expr));
+    }
+    let target = Expr::Literal(ScalarValue::try_from(field.data_type())?, None);
+    Ok(Transformed::yes(Expr::ScalarFunction(
+        ScalarFunction::new_udf(udf(), vec![inner.as_ref().clone(), target]),
+    )))
+}
+
+/// Whether two struct types (or lists of them) differ in a field's name somewhere.
+fn names_differ(source: &DataType, target: &DataType) -> bool {
+    match (source, target) {
+        (DataType::Struct(a), DataType::Struct(b)) => {
+            a.len() == b.len()
+                && a.iter().zip(b.iter()).any(|(x, y)| {
+                    x.name() != y.name() || names_differ(x.data_type(), y.data_type())
+                })
+        }
+        (DataType::List(a), DataType::List(b)) => names_differ(a.data_type(), b.data_type()),
+        _ => false,
+    }
+}
+
+/// `eddy_cast_by_position(value, NULL::target)`: `value` cast to the second argument's type.
+#[derive(Debug, PartialEq, Eq, Hash)]
+struct CastByPosition {
+    signature: Signature,
+}
+
+impl ScalarUDFImpl for CastByPosition {
+    fn name(&self) -> &str {
+        CAST_BY_POSITION
+    }
+
+    fn signature(&self) -> &Signature {
+        &self.signature
+    }
+
+    fn return_type(&self, args: &[DataType]) -> Result<DataType> {
+        Ok(args[1].clone())
+    }
+
+    fn return_field_from_args(&self, args: ReturnFieldArgs) -> Result<FieldRef> {
+        let source = &args.arg_fields[0];
+        Ok(Arc::new(
+            source
+                .as_ref()
+                .clone()
+                .with_data_type(args.arg_fields[1].data_type().clone()),
+        ))
+    }
+
+    fn invoke_with_args(&self, args: ScalarFunctionArgs) -> Result<ColumnarValue> {
+        let target = args.return_field.data_type().clone();
+        let value = args.args[0].to_array(args.number_rows)?;
+        Ok(ColumnarValue::Array(arrow::compute::cast(&value, &target)?))
+    }
+}
