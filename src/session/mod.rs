@@ -21,6 +21,7 @@ pub mod kafka_tables;
 pub mod materialized_views;
 mod numeric_division;
 mod pg_semantics;
+mod regexp;
 mod scalar_subqueries;
 mod session_windows;
 pub mod set_operations;
@@ -185,6 +186,9 @@ impl Engine {
         .map_err(|e| EddyError::from(*e))?;
         crate::catalog::pg_catalog::EddyPgCatalog::install(&ctx, DATABASE_NAME, catalog.clone())?;
         functions::register(&ctx);
+        for udf in regexp::udfs() {
+            ctx.register_udf(udf);
+        }
         crate::jsonb::register(&ctx)?;
         float_extremes::register(&ctx);
 

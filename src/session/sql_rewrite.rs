@@ -870,14 +870,38 @@ fn series_items_of(body: &mut SetExpr) {
         };
         let Expr::Function(f) = expr else { continue };
         let name = f.name.to_string().to_ascii_lowercase();
-        if matches!(
-            name.as_str(),
-            "jsonb_array_elements" | "jsonb_array_elements_text" | "jsonb_object_keys"
-        ) {
-            // Set-returning jsonb functions: their list function, unnested.
-            f.name = ObjectName::from(vec![Ident::new(format!("{name}_list"))]);
-        } else if !matches!(name.as_str(), "generate_series" | "range") {
+        if name == "unnest" {
+            // `unnest(regexp_matches(...))`: every group of every match, one per row.
+            if let FunctionArguments::List(list) = &mut f.args
+                && let [FunctionArg::Unnamed(FunctionArgExpr::Expr(inner))] =
+                    list.args.as_mut_slice()
+                && let Expr::Function(g) = inner
+                && g.name.to_string().eq_ignore_ascii_case("regexp_matches")
+            {
+                g.name = ObjectName::from(vec![Ident::new(super::regexp::MATCHES_LIST)]);
+                let flattened = format!("flatten({inner})");
+                if let Ok(e) = Parser::new(&PostgreSqlDialect {})
+                    .try_with_sql(&flattened)
+                    .and_then(|mut p| p.parse_expr())
+                {
+                    *inner = e;
+                }
+            }
             continue;
+        }
+        match name.as_str() {
+            // Set-returning functions that are their list function, unnested.
+            "jsonb_array_elements" | "jsonb_array_elements_text" | "jsonb_object_keys" => {
+                f.name = ObjectName::from(vec![Ident::new(format!("{name}_list"))]);
+            }
+            "regexp_matches" => {
+                f.name = ObjectName::from(vec![Ident::new(super::regexp::MATCHES_LIST)]);
+            }
+            "regexp_split_to_table" => {
+                f.name = ObjectName::from(vec![Ident::new("regexp_split_to_array")]);
+            }
+            "generate_series" | "range" => {}
+            _ => continue,
         }
         let mut unnest = f.clone();
         unnest.name = ObjectName::from(vec![Ident::new("unnest")]);
