@@ -99,6 +99,11 @@ impl Harness {
         out
     }
 
+    /// The input ends: what the chain releases then.
+    pub fn finish(&mut self) -> Vec<StreamChunk> {
+        operators::finish_chain(&mut self.chain).expect("finish")
+    }
+
     /// The job restarts from the last barrier: a new chain, restored from the store.
     pub fn restart(&mut self) {
         self.chain = (self.factory)().expect("chain");

@@ -11,6 +11,13 @@
 //! updates, rows that came or went as inserts and deletes. An output row's stream key is
 //! its partition and row id. Evaluating a whole partition costs its size, once per epoch
 //! in which it changes.
+//!
+//! With `EMIT ON WINDOW CLOSE` ([`EowcOrder`]) the input is append-only and ordered by a
+//! watermarked time: rows are held (in a second state table) until the watermark passes
+//! them, then added to their partitions in time order, and each row is emitted once, as
+//! an insert, when its values are final: when as many rows follow it in its partition as
+//! its frames look ahead (`ROWS ... n FOLLOWING`, `lead(x, n)`). The output is then
+//! append-only, as RisingWave's is.
 
 use super::Operator;
 use super::top_n::partitions::{Bytes, Partitions, Position, encode_rows};
@@ -43,6 +50,16 @@ pub struct OverWindowSpec {
     /// a session's end over an append-only input (a session ending before the input's
     /// watermark can never grow again).
     pub watermarks: Vec<(usize, usize)>,
+    /// `EMIT ON WINDOW CLOSE`: the input is released in time order, rows emitted once final.
+    pub eowc: Option<EowcOrder>,
+}
+
+#[derive(Clone, Copy)]
+pub struct EowcOrder {
+    /// The input column of the window's first `ORDER BY` key, which has a watermark.
+    pub time_column: usize,
+    /// How many rows after a row its values depend on.
+    pub following: usize,
 }
 
 pub struct OverWindow {
@@ -56,6 +73,23 @@ pub struct OverWindow {
     partitions: Partitions,
     /// Partitions changed in this epoch, with their rows at its start.
     before: HashMap<Bytes, BTreeMap<Position, Bytes>>,
+    /// `EMIT ON WINDOW CLOSE`: rows waiting for the watermark.
+    held: HeldRows,
+    /// The input ended: every frame is complete.
+    ended: bool,
+}
+
+/// Rows held until the watermark passes them: by (time, a unique suffix), each its
+/// partition (length-prefixed) and then the row.
+#[derive(Default)]
+struct HeldRows {
+    rows: BTreeMap<Vec<u8>, Vec<u8>>,
+    /// Entries added (`true`) or released since the last checkpoint.
+    changed: Vec<(Vec<u8>, Vec<u8>, bool)>,
+    /// Rows below this time are late (dropped).
+    released_below: Option<Vec<u8>>,
+    salt: u64,
+    next: u64,
 }
 
 /// One partition's rows evaluated: all output columns, and per row its id.
@@ -102,7 +136,123 @@ impl OverWindow {
             value_codec,
             partitions: Partitions::default(),
             before: HashMap::new(),
+            held: HeldRows {
+                salt: super::random_salt(),
+                ..HeldRows::default()
+            },
+            ended: false,
         })
+    }
+
+    /// Adds rows to their partitions (remembering each changed partition's rows first).
+    fn apply(&mut self, chunk: StreamChunk) -> Result<()> {
+        let batch = &chunk.batch;
+        let partitions = encode_rows(self.partition_codec.as_ref(), &self.spec.partition, batch)?;
+        let sort_keys = encode_rows(self.order_codec.as_ref(), &self.spec.order, batch)?;
+        let rows = self.row_codec.convert_columns(batch.columns())?;
+        for partition in &partitions {
+            if !self.before.contains_key(partition) {
+                let rows = self
+                    .partitions
+                    .get(partition)
+                    .map(|p| p.rows.clone())
+                    .unwrap_or_default();
+                self.before.insert(partition.clone(), rows);
+            }
+        }
+        self.partitions
+            .apply(&chunk, &partitions, &sort_keys, &rows);
+        Ok(())
+    }
+
+    /// `EMIT ON WINDOW CLOSE`: holds each row until the watermark passes its time.
+    fn hold(&mut self, chunk: &StreamChunk, time_column: usize) -> Result<()> {
+        if chunk.ops.iter().any(|op| !op.is_insert()) {
+            return Err(crate::error::EddyError::internal(
+                "EMIT ON WINDOW CLOSE over a window got updates",
+            ));
+        }
+        let batch = &chunk.batch;
+        let partitions = encode_rows(self.partition_codec.as_ref(), &self.spec.partition, batch)?;
+        let times = self
+            .time_codec(time_column)?
+            .convert_columns(&[batch.column(time_column).clone()])?;
+        let rows = self.row_codec.convert_columns(batch.columns())?;
+        let held = &mut self.held;
+        for (i, partition) in partitions.iter().enumerate() {
+            if batch.column(time_column).is_null(i) {
+                continue; // never closed by any watermark
+            }
+            let time = times.row(i);
+            if held
+                .released_below
+                .as_ref()
+                .is_some_and(|b| time.as_ref() < b.as_slice())
+            {
+                continue; // late
+            }
+            held.next += 1;
+            let mut key = time.as_ref().to_vec();
+            key.extend_from_slice(&held.salt.to_be_bytes());
+            key.extend_from_slice(&held.next.to_be_bytes());
+            let mut entry = Vec::new();
+            crate::state::keys::put_len_prefixed(&mut entry, partition);
+            entry.extend_from_slice(rows.row(i).as_ref());
+            held.changed.push((key.clone(), entry.clone(), true));
+            held.rows.insert(key, entry);
+        }
+        Ok(())
+    }
+
+    fn time_codec(&self, time_column: usize) -> Result<RowConverter> {
+        Ok(RowConverter::new(vec![SortField::new(
+            self.spec.input.field(time_column).data_type().clone(),
+        )])?)
+    }
+
+    /// Adds the held rows below `bound` (all with `None`) to their partitions, in time
+    /// order; a row that would land before rows already in its partition (late after a
+    /// restart) is dropped.
+    fn release(&mut self, bound: Option<&[u8]>) -> Result<()> {
+        let released = match bound {
+            Some(bound) => {
+                let kept = self.held.rows.split_off(bound);
+                std::mem::replace(&mut self.held.rows, kept)
+            }
+            None => std::mem::take(&mut self.held.rows),
+        };
+        if released.is_empty() {
+            return Ok(());
+        }
+        let parser = self.row_codec.parser();
+        let mut rows = Vec::with_capacity(released.len());
+        for (key, entry) in released {
+            let (_, row) = crate::state::keys::take_len_prefixed(&entry)
+                .ok_or_else(|| crate::error::EddyError::internal("a held row is malformed"))?;
+            rows.push(row.to_vec());
+            self.held.changed.push((key, entry, false));
+        }
+        let columns = self
+            .row_codec
+            .convert_rows(rows.iter().map(|r| parser.parse(r)))?;
+        let batch = RecordBatch::try_new(self.spec.input.clone(), columns)?;
+        let partitions = encode_rows(self.partition_codec.as_ref(), &self.spec.partition, &batch)?;
+        let sort_keys = encode_rows(self.order_codec.as_ref(), &self.spec.order, &batch)?;
+        let in_order: Vec<bool> = partitions
+            .iter()
+            .zip(&sort_keys)
+            .map(|(partition, sort_key)| {
+                self.partitions
+                    .get(partition)
+                    .and_then(|p| p.rows.keys().next_back())
+                    .is_none_or(|(last, _)| last <= sort_key)
+            })
+            .collect();
+        let batch = arrow::compute::filter_record_batch(
+            &batch,
+            &arrow::array::BooleanArray::from(in_order),
+        )?;
+        self.apply(StreamChunk::inserts(batch))
     }
 
     /// The window functions over a partition's rows (in order).
@@ -150,6 +300,26 @@ impl OverWindow {
         for (partition, old_rows) in std::mem::take(&mut self.before) {
             let empty = BTreeMap::new();
             let new_rows = self.partitions.get(&partition).map_or(&empty, |p| &p.rows);
+            if let Some(eowc) = self.spec.eowc {
+                // Rows are only ever appended: emit those that became final.
+                let following = if self.ended { 0 } else { eowc.following };
+                let start = old_rows.len().saturating_sub(eowc.following);
+                let end = new_rows.len().saturating_sub(following);
+                if start >= end {
+                    continue;
+                }
+                let new = self.evaluate_partition(new_rows)?;
+                let keys = new.ids[start..end]
+                    .iter()
+                    .map(|id| partition_row_key(&partition, id))
+                    .collect();
+                out.push(StreamChunk {
+                    ops: vec![Op::Insert; end - start],
+                    batch: new.batch.slice(start, end - start),
+                    keys: Some(keys),
+                });
+                continue;
+            }
             let old = self.evaluate_partition(&old_rows)?;
             let new = self.evaluate_partition(new_rows)?;
             let mut old_index: HashMap<&[u8], usize> = old
@@ -162,13 +332,7 @@ impl OverWindow {
             let mut picks: Vec<(usize, usize)> = Vec::new();
             let mut ops = Vec::new();
             let mut keys = Vec::new();
-            let key = |id: &[u8]| {
-                let mut k = Vec::with_capacity(4 + partition.len() + id.len());
-                k.extend_from_slice(&(partition.len() as u32).to_be_bytes());
-                k.extend_from_slice(&partition);
-                k.extend_from_slice(id);
-                k
-            };
+            let key = |id: &[u8]| partition_row_key(&partition, id);
             let mut inserts = Vec::new();
             for (j, id) in new.ids.iter().enumerate() {
                 match old_index.remove(&**id) {
@@ -214,29 +378,25 @@ impl OverWindow {
     }
 }
 
+/// An output row's stream key: its partition (length-prefixed) and row id.
+fn partition_row_key(partition: &[u8], id: &[u8]) -> Vec<u8> {
+    let mut k = Vec::with_capacity(4 + partition.len() + id.len());
+    k.extend_from_slice(&(partition.len() as u32).to_be_bytes());
+    k.extend_from_slice(partition);
+    k.extend_from_slice(id);
+    k
+}
+
 impl Operator for OverWindow {
     fn name(&self) -> &'static str {
         "OverWindow"
     }
 
     fn process(&mut self, chunk: StreamChunk) -> Result<Vec<StreamChunk>> {
-        let batch = &chunk.batch;
-        let partitions = encode_rows(self.partition_codec.as_ref(), &self.spec.partition, batch)?;
-        let sort_keys = encode_rows(self.order_codec.as_ref(), &self.spec.order, batch)?;
-        let rows = self.row_codec.convert_columns(batch.columns())?;
-        // Each partition's rows before its first change in the epoch.
-        for partition in &partitions {
-            if !self.before.contains_key(partition) {
-                let rows = self
-                    .partitions
-                    .get(partition)
-                    .map(|p| p.rows.clone())
-                    .unwrap_or_default();
-                self.before.insert(partition.clone(), rows);
-            }
+        match self.spec.eowc {
+            Some(eowc) => self.hold(&chunk, eowc.time_column)?,
+            None => self.apply(chunk)?,
         }
-        self.partitions
-            .apply(&chunk, &partitions, &sort_keys, &rows);
         Ok(vec![])
     }
 
@@ -244,6 +404,24 @@ impl Operator for OverWindow {
     /// except those the planner maps to an output column (a session's end): the changes
     /// so far are emitted first, so none comes after the watermark it precedes.
     fn on_watermark(&mut self, watermark: Watermark) -> Result<super::WatermarkOutput> {
+        if let Some(eowc) = self.spec.eowc
+            && watermark.column == eowc.time_column
+        {
+            let value = watermark.value.to_array_of_size(1)?;
+            let value =
+                arrow::compute::cast(&value, self.spec.input.field(eowc.time_column).data_type())?;
+            let bound = self
+                .time_codec(eowc.time_column)?
+                .convert_columns(&[value])?
+                .row(0)
+                .as_ref()
+                .to_vec();
+            if self.held.released_below.as_ref().is_none_or(|b| *b < bound) {
+                self.held.released_below = Some(bound.clone());
+            }
+            self.release(Some(&bound))?;
+            return Ok((vec![], vec![]));
+        }
         let outputs: Vec<Watermark> = self
             .spec
             .watermarks
@@ -264,20 +442,48 @@ impl Operator for OverWindow {
         self.emit_changes()
     }
 
+    /// At the end of a bounded input every held row is released and every frame is
+    /// complete.
     fn finish(&mut self) -> Result<Vec<StreamChunk>> {
+        if self.spec.eowc.is_some() {
+            self.release(None)?;
+            self.ended = true;
+            // Partitions unchanged in this epoch still hold rows waiting for followers.
+            for (partition, p) in self.partitions.iter() {
+                if !self.before.contains_key(partition) {
+                    self.before.insert(partition.clone(), p.rows.clone());
+                }
+            }
+        }
         self.emit_changes()
     }
 
     fn state_tables(&self) -> usize {
-        1
+        match self.spec.eowc {
+            Some(_) => 2,
+            None => 1,
+        }
     }
 
     fn checkpoint(&mut self, tables: &[OperatorState], batch: &mut WriteBatch) -> Result<()> {
         self.partitions.checkpoint(&tables[0], batch);
+        for (key, entry, held) in self.held.changed.drain(..) {
+            let (partition, _) = crate::state::keys::take_len_prefixed(&entry)
+                .ok_or_else(|| crate::error::EddyError::internal("a held row is malformed"))?;
+            let group = crate::state::keys::key_group_of(partition);
+            tables[1].put_in_group(batch, group, &key, held.then_some(entry.as_slice()));
+        }
         Ok(())
     }
 
     fn restore(&mut self, tables: &[OperatorState]) -> Result<()> {
-        self.partitions.restore(&tables[0])
+        self.partitions.restore(&tables[0])?;
+        if self.spec.eowc.is_some() {
+            tables[1].scan_owned(|key, entry| {
+                self.held.rows.insert(key.to_vec(), entry.to_vec());
+                Ok(())
+            })?;
+        }
+        Ok(())
     }
 }

@@ -66,6 +66,11 @@ const SEQ_TAG: u8 = 0;
 const ROW_TAG: u8 = 1;
 
 impl Partitions {
+    /// Every partition with its rows.
+    pub fn iter(&self) -> impl Iterator<Item = (&Bytes, &Partition)> {
+        self.partitions.iter()
+    }
+
     pub fn get(&self, partition: &[u8]) -> Option<&Partition> {
         self.partitions.get(partition)
     }
