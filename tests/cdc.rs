@@ -119,7 +119,7 @@ async fn cdc_table_follows_upstream_exactly_across_kills() {
     .await;
     assert_same("postgres sink of the view", &sunk, &expected);
     // The slot has been advanced past the first changes (checkpoints committed them).
-    let deadline = Instant::now() + Duration::from_secs(30);
+    let deadline = Instant::now() + Duration::from_secs(120);
     loop {
         let advanced = view_rows(
             &upstream,
@@ -139,7 +139,7 @@ async fn cdc_table_follows_upstream_exactly_across_kills() {
         )
         .await
         .unwrap();
-    let deadline = Instant::now() + Duration::from_secs(30);
+    let deadline = Instant::now() + Duration::from_secs(120);
     while !view_rows(&upstream, "SELECT slot_name FROM pg_replication_slots")
         .await
         .is_empty()
@@ -213,7 +213,7 @@ async fn cdc_table_options_and_upstream_are_checked() {
         .batch_execute("INSERT INTO items VALUES (1, 'one'), (2, NULL); UPDATE items SET name = 'uno' WHERE id = 1")
         .await
         .unwrap();
-    let deadline = Instant::now() + Duration::from_secs(30);
+    let deadline = Instant::now() + Duration::from_secs(120);
     loop {
         let rows = view_rows(&client, "SELECT id, name FROM a ORDER BY id").await;
         if rows == vec![vec!["1", "uno"], vec!["2", "NULL"]] {

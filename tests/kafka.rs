@@ -215,7 +215,7 @@ async fn kafka_view_and_upsert_sink_are_exact_across_kills() {
     assert_ne!(malformed[0][0], "0", "malformed messages are counted");
     // Each partition is a split with its position (next offset + 1) and consumer lag
     // (asked of the broker every few seconds, so known a moment after a restart).
-    let deadline = Instant::now() + Duration::from_secs(30);
+    let deadline = Instant::now() + Duration::from_secs(120);
     loop {
         client.batch_execute("FLUSH").await.unwrap();
         let splits = view_rows(
@@ -402,7 +402,7 @@ async fn kafka_source_includes_message_metadata() {
         ))
         .await
         .unwrap();
-    let deadline = Instant::now() + Duration::from_secs(30);
+    let deadline = Instant::now() + Duration::from_secs(120);
     let rows = loop {
         client.batch_execute("FLUSH").await.unwrap();
         let rows = view_rows(&client, "SELECT * FROM m ORDER BY id").await;
@@ -447,7 +447,7 @@ async fn kafka_source_includes_message_metadata() {
 
 /// Waits until `sql` over Eddy returns `expected`.
 async fn eventually(client: &tokio_postgres::Client, sql: &str, expected: Vec<Vec<&str>>) {
-    let deadline = Instant::now() + Duration::from_secs(30);
+    let deadline = Instant::now() + Duration::from_secs(120);
     loop {
         let rows = view_rows(client, sql).await;
         if rows == expected {

@@ -3,7 +3,9 @@
 //! the watermark can no longer be joined by earlier ones), then emitted in time order
 //! and forgotten. Rows that arrive below the watermark are late and dropped, as the
 //! window-closing aggregate drops them. Held rows are kept in RocksDB too, in the key
-//! group of the whole row (which the hash exchange in front routes by).
+//! group the hash exchange in front routes them by: the whole row's, or, in front of a
+//! window top-N ([`EowcSort::routed_by`]), its partition key's — so that all the rows of
+//! a window are in one subtask and come out together when it closes.
 
 use super::{Operator, WatermarkOutput};
 use crate::error::{EddyError, Result};
@@ -14,8 +16,10 @@ use arrow::array::{Array, RecordBatch};
 use arrow::compute::cast;
 use arrow::datatypes::SchemaRef;
 use arrow::row::{RowConverter, SortField};
+use datafusion::physical_expr::PhysicalExpr;
 use rocksdb::WriteBatch;
 use std::collections::BTreeMap;
+use std::sync::Arc;
 
 pub struct EowcSort {
     /// The watermarked column rows are released by.
@@ -34,6 +38,10 @@ pub struct EowcSort {
     /// Unique suffixes: a random prefix per operator instance, then a counter.
     salt: u64,
     next: u64,
+    /// The key the exchange in front routes by, when it is not the whole row: its
+    /// expressions and their encoding. Held rows are then stored with their key group
+    /// in front of the row.
+    routing: Option<(Vec<Arc<dyn PhysicalExpr>>, RowConverter)>,
 }
 
 impl EowcSort {
@@ -52,7 +60,35 @@ impl EowcSort {
             released_below: None,
             salt: super::random_salt(),
             next: 0,
+            routing: None,
         })
+    }
+
+    /// Rows routed to this subtask by `keys` (of `key_types`) rather than by the whole row.
+    pub fn routed_by(
+        mut self,
+        keys: Vec<Arc<dyn PhysicalExpr>>,
+        key_types: Vec<arrow::datatypes::DataType>,
+    ) -> Result<Self> {
+        let codec = RowConverter::new(key_types.into_iter().map(SortField::new).collect())?;
+        self.routing = Some((keys, codec));
+        Ok(self)
+    }
+
+    /// The row bytes of a held entry (after the key group, when routed).
+    fn row_of<'a>(&self, entry: &'a [u8]) -> &'a [u8] {
+        match self.routing {
+            Some(_) => &entry[2..],
+            None => entry,
+        }
+    }
+
+    /// The key group a held entry is stored in.
+    fn group_of(&self, entry: &[u8]) -> crate::state::keys::KeyGroup {
+        match self.routing {
+            Some(_) => u16::from_be_bytes([entry[0], entry[1]]),
+            None => key_group_of(entry),
+        }
     }
 
     /// Emits the held rows below `bound` (all with `None`), in time order.
@@ -70,7 +106,7 @@ impl EowcSort {
         let parser = self.row_codec.parser();
         let columns = self
             .row_codec
-            .convert_rows(released.values().map(|r| parser.parse(r)))?;
+            .convert_rows(released.values().map(|r| parser.parse(self.row_of(r))))?;
         self.changed.extend(
             released
                 .into_iter()
@@ -106,6 +142,16 @@ impl Operator for EowcSort {
             ));
         }
         let rows = self.row_codec.convert_columns(chunk.batch.columns())?;
+        let routing_keys = match &self.routing {
+            Some((exprs, codec)) => {
+                let columns = exprs
+                    .iter()
+                    .map(|e| crate::stream::expression_errors::evaluate(e, &chunk.batch))
+                    .collect::<Result<Vec<_>>>()?;
+                Some(codec.convert_columns(&columns)?)
+            }
+            None => None,
+        };
         let times = self
             .time_codec
             .convert_columns(&[chunk.batch.column(self.column).clone()])?;
@@ -125,7 +171,14 @@ impl Operator for EowcSort {
             let mut key = time.as_ref().to_vec();
             key.extend_from_slice(&self.salt.to_be_bytes());
             key.extend_from_slice(&self.next.to_be_bytes());
-            let row = rows.row(i).as_ref().to_vec();
+            let row = match &routing_keys {
+                Some(keys) => {
+                    let mut entry = key_group_of(keys.row(i).as_ref()).to_be_bytes().to_vec();
+                    entry.extend_from_slice(rows.row(i).as_ref());
+                    entry
+                }
+                None => rows.row(i).as_ref().to_vec(),
+            };
             self.changed
                 .push((time_key_with_row(key.clone(), row.clone()), true));
             self.held.insert(key, row);
@@ -161,9 +214,9 @@ impl Operator for EowcSort {
     }
 
     fn checkpoint(&mut self, tables: &[OperatorState], batch: &mut WriteBatch) -> Result<()> {
-        for (entry, held) in self.changed.drain(..) {
+        for (entry, held) in std::mem::take(&mut self.changed) {
             let (key, row) = split_entry(&entry)?;
-            let group = key_group_of(row);
+            let group = self.group_of(row);
             let mut state_key = Vec::with_capacity(4 + key.len());
             put_len_prefixed(&mut state_key, key);
             tables[0].put_in_group(batch, group, &state_key, held.then_some(row));

@@ -505,3 +505,53 @@ fn an_aggregate_reads_values_stored_inline_by_an_older_version() {
     );
     assert_eq!(rows_text(&h.barrier()), vec!["U- 1, 2, 2", "U+ 1, 1, 1"]);
 }
+
+/// `EMIT ON WINDOW CLOSE` without an aggregate: rows held until the watermark of `v`
+/// passes them, in time order, across a restart; routed by the whole row or by `k`.
+#[test]
+fn eowc_sort_holds_rows_until_the_watermark_in_either_routing() {
+    use super::eowc_sort::EowcSort;
+    for routed in [false, true] {
+        let mut h = Harness::new(move || {
+            let sort = EowcSort::new(1, kv_schema())?;
+            let sort = if routed {
+                sort.routed_by(vec![Arc::new(Column::new("k", 0))], vec![DataType::Int64])?
+            } else {
+                sort
+            };
+            Ok(vec![Box::new(sort) as Box<dyn Operator>])
+        });
+        let schema = kv_schema();
+        let inserts = |rows: &[(i64, i64)]| {
+            chunk(
+                &schema,
+                rows.iter()
+                    .map(|(k, v)| kv(Op::Insert, *k, Some(*v)))
+                    .collect(),
+                None,
+            )
+        };
+        let watermark = |v: i64| Watermark {
+            column: 1,
+            value: ScalarValue::Int64(Some(v)),
+        };
+        assert!(h.push(0, inserts(&[(1, 30), (2, 10), (1, 20)])).is_empty());
+        h.barrier();
+        assert_eq!(h.state_entries(), 3, "routed: {routed}");
+        h.restart();
+        let (out, forwarded) = h.watermark(0, watermark(25));
+        assert_eq!(
+            rows_text(&out),
+            vec!["+ 2, 10", "+ 1, 20"],
+            "routed: {routed}"
+        );
+        assert_eq!(forwarded.len(), 1);
+        // Late rows are dropped; the rest wait for the end.
+        h.push(0, inserts(&[(3, 5), (3, 40)]));
+        h.barrier();
+        assert_eq!(h.state_entries(), 2, "routed: {routed}");
+        let mut end = rows_text(&h.finish());
+        end.sort();
+        assert_eq!(end, vec!["+ 1, 30", "+ 3, 40"], "routed: {routed}");
+    }
+}

@@ -416,9 +416,8 @@ pub fn plan_job(plan: &LogicalPlan, ctx: &PlanContext) -> Result<StreamGraph> {
 /// `EMIT ON WINDOW CLOSE` over append-only rows: each row held until the watermark of
 /// `column` passes it, behind a hash exchange on the whole row.
 fn eowc_sort_node(column: usize, schema: &DFSchema, input: Node) -> Result<Node> {
-    use super::operators::eowc_sort::EowcSort;
-    let schema: SchemaRef = Arc::new(schema.as_arrow().clone());
-    let keys: Vec<Arc<dyn PhysicalExpr>> = schema
+    let arrow_schema = schema.as_arrow();
+    let keys: Vec<Arc<dyn PhysicalExpr>> = arrow_schema
         .fields()
         .iter()
         .enumerate()
@@ -429,26 +428,75 @@ fn eowc_sort_node(column: usize, schema: &DFSchema, input: Node) -> Result<Node>
             )) as Arc<dyn PhysicalExpr>
         })
         .collect();
-    let key_types = schema
+    let key_types = arrow_schema
         .fields()
         .iter()
         .map(|f| f.data_type().clone())
         .collect();
-    EowcSort::new(column, schema.clone())?;
+    held_until_watermark(
+        column,
+        schema,
+        input,
+        EowcRouting::WholeRow { keys, key_types },
+    )
+}
+
+/// How an `EowcSort`'s input is routed to its subtasks.
+enum EowcRouting {
+    WholeRow {
+        keys: Vec<Arc<dyn PhysicalExpr>>,
+        key_types: Vec<arrow::datatypes::DataType>,
+    },
+    /// By a key (a window top-N's partition), so that a window's rows come out together.
+    Key {
+        keys: Vec<Arc<dyn PhysicalExpr>>,
+        key_types: Vec<arrow::datatypes::DataType>,
+        key_names: String,
+    },
+}
+
+/// An `EowcSort` node holding `input`'s rows until the watermark of `column` passes them.
+fn held_until_watermark(
+    column: usize,
+    schema: &DFSchema,
+    input: Node,
+    routing: EowcRouting,
+) -> Result<Node> {
+    use super::operators::eowc_sort::EowcSort;
+    let schema: SchemaRef = Arc::new(schema.as_arrow().clone());
+    let (keys, key_types, key_names, routed) = match routing {
+        EowcRouting::WholeRow { keys, key_types } => {
+            (keys, key_types, "the whole row".to_string(), false)
+        }
+        EowcRouting::Key {
+            keys,
+            key_types,
+            key_names,
+        } => (keys, key_types, key_names, true),
+    };
+    let describe = format!(
+        "EowcSort(rows released as the watermark of {} passes)",
+        schema.field(column).name()
+    );
+    let (build_keys, build_types) = (keys.clone(), key_types.clone());
+    let build = move || -> Result<Box<dyn Operator>> {
+        let sort = EowcSort::new(column, schema.clone())?;
+        Ok(Box::new(if routed {
+            sort.routed_by(build_keys.clone(), build_types.clone())?
+        } else {
+            sort
+        }))
+    };
+    build()?;
     let watermarks = input.watermarks();
     Ok(Node::Keyed {
         spec: OperatorSpec {
-            describe: format!(
-                "EowcSort(rows released as the watermark of {} passes)",
-                schema.field(column).name()
-            ),
-            build: Arc::new(move || {
-                Ok(Box::new(EowcSort::new(column, schema.clone())?) as Box<dyn Operator>)
-            }),
+            describe,
+            build: Arc::new(build),
         },
         keys,
         key_types,
-        key_names: "the whole row".into(),
+        key_names,
         append_only_output: true,
         input: Box::new(input),
         watermarks,

@@ -282,9 +282,40 @@ fn top_n_node(
         order_fields,
     } = PartitionedOrder::plan(parts.partition, parts.order, schema)?;
     let order_names: Vec<String> = parts.order.iter().map(|s| s.to_string()).collect();
+    // `EMIT ON WINDOW CLOSE`: a window top-N over append-only rows ranks each window's
+    // rows once they are all in, when the watermark of a partition column passes them.
+    let input = if ctx.emit_on_window_close {
+        let column = parts
+            .partition
+            .iter()
+            .filter_map(|e| match e {
+                Expr::Column(c) => schema.index_of_column(c).ok(),
+                _ => None,
+            })
+            .find(|c| input.watermarks().contains(c))
+            .filter(|_| !input.keyed())
+            .ok_or_else(|| {
+                unsupported(
+                    "EMIT ON WINDOW CLOSE over a top-N without an append-only input \
+                     partitioned by a column with a watermark (such as window_start)",
+                )
+            })?;
+        super::held_until_watermark(
+            column,
+            schema,
+            input,
+            super::EowcRouting::Key {
+                keys: partition.clone(),
+                key_types: partition_types.clone(),
+                key_names: partition_names.join(", "),
+            },
+        )?
+    } else {
+        input
+    };
     let (low, high) = parts.ranks;
     let describe = format!(
-        "TopN({}order: [{}], {} {low}..={high})",
+        "TopN({}order: [{}], {} {low}..={high}{})",
         if partition_names.is_empty() {
             String::new()
         } else {
@@ -292,6 +323,11 @@ fn top_n_node(
         },
         order_names.join(", "),
         parts.rank.sql_name(),
+        if ctx.emit_on_window_close {
+            ", emit on window close"
+        } else {
+            ""
+        }
     );
     let spec = TopNSpec {
         partition: partition.clone(),
