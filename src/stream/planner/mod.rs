@@ -390,7 +390,8 @@ pub fn plan_job(plan: &LogicalPlan, ctx: &PlanContext) -> Result<StreamGraph> {
             }
             _ => {
                 return Err(EddyError::not_supported(
-                    "EMIT ON WINDOW CLOSE needs a GROUP BY on a column with a watermark \
+                    "this query cannot be executed in Emit-On-Window-Close mode: \
+                     EMIT ON WINDOW CLOSE needs a GROUP BY on a column with a watermark \
                      (such as window_start of TUMBLE or HOP over a source with WATERMARK FOR), \
                      or append-only rows with a watermarked column",
                 ));
@@ -468,11 +469,15 @@ fn held_until_watermark(
         EowcRouting::WholeRow { keys, key_types } => {
             (keys, key_types, "the whole row".to_string(), false)
         }
+        // Without a key there is one subtask, which holds every key group.
         EowcRouting::Key {
             keys,
             key_types,
             key_names,
-        } => (keys, key_types, key_names, true),
+        } => {
+            let routed = !keys.is_empty();
+            (keys, key_types, key_names, routed)
+        }
     };
     let describe = format!(
         "EowcSort(rows released as the watermark of {} passes)",

@@ -282,22 +282,36 @@ fn top_n_node(
         order_fields,
     } = PartitionedOrder::plan(parts.partition, parts.order, schema)?;
     let order_names: Vec<String> = parts.order.iter().map(|s| s.to_string()).collect();
-    // `EMIT ON WINDOW CLOSE`: a window top-N over append-only rows ranks each window's
-    // rows once they are all in, when the watermark of a partition column passes them.
+    // `EMIT ON WINDOW CLOSE` over append-only rows: rows reach the top-N only once the
+    // watermark passes them, routed by its partition. By a watermarked partition column
+    // (a window top-N), each window is ranked once all of its rows are in; by an
+    // ascending, watermarked first `ORDER BY` column, rows come in time order, so a row
+    // once ranked in is never pushed out by a later one.
     let input = if ctx.emit_on_window_close {
+        let watermarked = |e: &Expr| match e {
+            Expr::Column(c) => schema
+                .index_of_column(c)
+                .ok()
+                .filter(|i| input.watermarks().contains(i)),
+            _ => None,
+        };
         let column = parts
             .partition
             .iter()
-            .filter_map(|e| match e {
-                Expr::Column(c) => schema.index_of_column(c).ok(),
-                _ => None,
+            .find_map(watermarked)
+            .or_else(|| {
+                parts
+                    .order
+                    .first()
+                    .filter(|s| s.asc && !s.nulls_first)
+                    .and_then(|s| watermarked(&s.expr))
             })
-            .find(|c| input.watermarks().contains(c))
             .filter(|_| !input.keyed())
             .ok_or_else(|| {
-                unsupported(
-                    "EMIT ON WINDOW CLOSE over a top-N without an append-only input \
-                     partitioned by a column with a watermark (such as window_start)",
+                crate::error::EddyError::not_supported(
+                    "this top-N cannot be executed in Emit-On-Window-Close mode: it needs \
+                     append-only rows partitioned by a column with a watermark (such as \
+                     window_start), or ordered first by one, ascending",
                 )
             })?;
         super::held_until_watermark(
