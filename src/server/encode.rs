@@ -499,8 +499,8 @@ fn format_list(values: ArrayRef) -> Result<String> {
 }
 
 /// A struct value as PostgreSQL prints a record: `(1,"a b",)` — fields in order, NULL as
-/// nothing, a field quoted when it is empty or holds `(),"\` or whitespace (but not a
-/// nested struct, as in RisingWave).
+/// nothing, a field quoted when it is empty or holds `(),"\` or whitespace (so a nested
+/// struct is quoted: `(1,"(2,3)")`, as in PostgreSQL and RisingWave's batch tests).
 fn format_record(record: &arrow::array::StructArray, row: usize) -> Result<String> {
     let mut out = String::from("(");
     for (i, column) in record.columns().iter().enumerate() {
@@ -514,13 +514,10 @@ fn format_record(record: &arrow::array::StructArray, row: usize) -> Result<Strin
         let mut buf = BytesMut::new();
         write_text(&column, row, &mut buf, false)?;
         let text = String::from_utf8_lossy(&buf).into_owned();
-        // A nested struct is printed as it is, as RisingWave does: `(1,(2,3))`.
-        let nested = matches!(column.data_type(), DataType::Struct(_));
-        let needs_quotes = !nested
-            && (text.is_empty()
-                || text
-                    .chars()
-                    .any(|c| matches!(c, '(' | ')' | ',' | '"' | '\\') || c.is_whitespace()));
+        let needs_quotes = text.is_empty()
+            || text
+                .chars()
+                .any(|c| matches!(c, '(' | ')' | ',' | '"' | '\\') || c.is_whitespace());
         if needs_quotes {
             out.push('"');
             for c in text.chars() {

@@ -397,7 +397,8 @@ impl VisitorMut for JsonbValuesColumns {
 
 /// `(v).field` on a struct: DataFusion's planner reads a dotted name only as a column,
 /// so the access becomes `get_field(v, 'field')` (nested for `(v).a.b`), and a select
-/// item that is such an access is named after its last field, as in PostgreSQL.
+/// item that is such an access is named after its last field, as in PostgreSQL. `ROW(...)`
+/// names its fields `f1`, `f2`, ... as PostgreSQL does.
 struct StructFieldAccess;
 
 impl VisitorMut for StructFieldAccess {
@@ -429,6 +430,26 @@ impl VisitorMut for StructFieldAccess {
 
     fn post_visit_expr(&mut self, expr: &mut Expr) -> ControlFlow<()> {
         use datafusion::sql::sqlparser::ast::AccessExpr;
+        // `ROW(a, b)`: a struct whose fields are named f1, f2, ... as in PostgreSQL.
+        if let Expr::Function(f) = expr
+            && f.name.to_string().eq_ignore_ascii_case("row")
+            && let FunctionArguments::List(list) = &f.args
+            && !list.args.is_empty()
+        {
+            let fields: Vec<String> = list
+                .args
+                .iter()
+                .enumerate()
+                .map(|(i, a)| format!("'f{}', {a}", i + 1))
+                .collect();
+            if let Ok(call) = Parser::new(&PostgreSqlDialect {})
+                .try_with_sql(&format!("named_struct({})", fields.join(", ")))
+                .and_then(|mut p| p.parse_expr())
+            {
+                *expr = call;
+            }
+            return ControlFlow::Continue(());
+        }
         let Expr::CompoundFieldAccess { root, access_chain } = expr else {
             return ControlFlow::Continue(());
         };
