@@ -115,6 +115,10 @@ impl FileEncoding {
                     | DataType::Utf8
                     | DataType::LargeUtf8
                     | DataType::Utf8View
+                    // Nested objects and arrays.
+                    | DataType::Struct(_)
+                    | DataType::List(_)
+                    | DataType::LargeList(_)
             ),
             FileEncoding::Parquet => !matches!(data_type, DataType::Interval(_)),
         };
@@ -146,6 +150,34 @@ pub struct FileEncoder {
     bytes: Vec<u8>,
     parquet: Option<ArrowWriter<Vec<u8>>>,
     rows: usize,
+}
+
+/// JSON lines of a batch with `jsonb` columns, whose values are embedded as JSON (not
+/// as strings of JSON); the other columns as the JSON writer writes them. Keys follow
+/// the column order.
+fn json_lines_embedding_jsonb(batch: &RecordBatch, out: &mut Vec<u8>) -> Result<()> {
+    let schema = batch.schema();
+    for row in 0..batch.num_rows() {
+        out.push(b'{');
+        for (i, (field, column)) in schema.fields().iter().zip(batch.columns()).enumerate() {
+            if i > 0 {
+                out.push(b',');
+            }
+            let value = match crate::jsonb::value_of(column.as_ref(), field, row) {
+                Ok(value) => value,
+                // Not JSON after all (stored jsonb always is): written as a string.
+                Err(_) => {
+                    let plain = Field::new(field.name(), field.data_type().clone(), true);
+                    crate::jsonb::value_of(column.as_ref(), &plain, row)?
+                }
+            };
+            serde_json::to_writer(&mut *out, field.name()).map_err(encode_error)?;
+            out.push(b':');
+            serde_json::to_writer(&mut *out, &value).map_err(encode_error)?;
+        }
+        out.extend_from_slice(b"}\n");
+    }
+    Ok(())
 }
 
 fn encode_error(e: impl std::fmt::Display) -> EddyError {
@@ -191,6 +223,15 @@ impl FileEncoder {
             .collect::<Result<Vec<_>>>()?;
         let batch = RecordBatch::try_new(self.schema.clone(), columns)?;
         match &self.encoding {
+            FileEncoding::JsonLines
+                if self
+                    .schema
+                    .fields()
+                    .iter()
+                    .any(|f| crate::jsonb::is_jsonb(f)) =>
+            {
+                json_lines_embedding_jsonb(&batch, &mut self.bytes)?;
+            }
             FileEncoding::JsonLines => {
                 let mut writer = arrow::json::WriterBuilder::new()
                     .with_explicit_nulls(true)
@@ -271,6 +312,39 @@ mod tests {
                 r#"{"id":1,"price":"12.50","note":"a,\"b\""}"#,
                 r#"{"id":null,"price":"-0.05","note":null}"#,
                 r#"{"id":1,"price":"12.50","note":"a,\"b\""}"#,
+            ]
+        );
+    }
+
+    #[test]
+    fn json_lines_embed_jsonb_and_nest_structs_and_arrays() {
+        let fields = vec![
+            Field::new("id", DataType::Int64, true),
+            crate::jsonb::jsonb_field("doc"),
+            Field::new("tags", DataType::new_list(DataType::Utf8, true), true),
+        ];
+        let schema = Arc::new(Schema::new(fields));
+        let mut tags = arrow::array::ListBuilder::new(arrow::array::StringBuilder::new());
+        tags.values().append_value("a");
+        tags.append(true);
+        tags.append(false);
+        let batch = RecordBatch::try_new(
+            schema.clone(),
+            vec![
+                Arc::new(Int64Array::from(vec![1, 2])),
+                Arc::new(StringArray::from(vec![Some(r#"{"k": [1, 2]}"#), None])),
+                Arc::new(tags.finish()),
+            ],
+        )
+        .unwrap();
+        let mut encoder = FileEncoder::new(&FileEncoding::JsonLines, &schema).unwrap();
+        encoder.write(&batch).unwrap();
+        let text = String::from_utf8(encoder.finish().unwrap()).unwrap();
+        assert_eq!(
+            text.lines().collect::<Vec<_>>(),
+            vec![
+                r#"{"id":1,"doc":{"k":[1,2]},"tags":["a"]}"#,
+                r#"{"id":2,"doc":null,"tags":null}"#,
             ]
         );
     }
