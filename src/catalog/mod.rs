@@ -66,6 +66,10 @@ pub struct Column {
     pub name: String,
     pub sql_type: SqlType,
     pub nullable: bool,
+    /// A materialized view's `GROUP BY` column that its query does not select: kept and
+    /// readable by name, left out of `*` (RisingWave's hidden columns).
+    #[serde(default)]
+    pub hidden: bool,
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize)]

@@ -60,6 +60,7 @@ pub fn columns_of(schema: &Schema) -> Result<Vec<Column>> {
                 name: field.name.clone(),
                 sql_type,
                 nullable: true,
+                hidden: false,
             })
         })
         .collect()

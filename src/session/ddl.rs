@@ -268,6 +268,7 @@ pub(super) fn view_columns(
             name,
             sql_type: SqlType::from_arrow(f),
             nullable: true,
+            hidden: false,
         })
         .collect())
 }
@@ -310,6 +311,7 @@ pub(super) fn columns_from_defs(
             name: col_name,
             sql_type,
             nullable,
+            hidden: false,
         });
     }
     Ok((columns, primary_key))

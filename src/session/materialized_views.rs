@@ -163,12 +163,20 @@ pub(super) async fn create(
             "CREATE OR REPLACE MATERIALIZED VIEW is not supported",
         ));
     }
-    let query_sql = view.query.to_string();
+    // A GROUP BY column the query does not select is kept, hidden (as in RisingWave);
+    // not when the statement names the view's columns.
+    let mut query = view.query.clone();
+    let hidden = if view.columns.is_empty() {
+        super::hidden_columns::add_group_keys(&mut query)
+    } else {
+        vec![]
+    };
+    let query_sql = query.to_string();
     // Check the whole query is supported before anything is recorded.
     let parallelism = session.streaming_parallelism()?;
     let (plan, graph) = plan_graph(engine, &query_sql, parallelism, emit_on_window_close).await?;
     let names: Vec<String> = if view.columns.is_empty() {
-        super::column_names::view_column_names(&view.query, graph.schema.fields())
+        super::column_names::view_column_names(&query, graph.schema.fields())
     } else {
         if view.columns.len() != graph.schema.fields().len() {
             return Err(EddyError::syntax(
@@ -177,7 +185,11 @@ pub(super) async fn create(
         }
         view.columns.iter().map(|c| ident_name(&c.name)).collect()
     };
-    let columns = view_columns(names, graph.schema.fields())?;
+    let mut columns = view_columns(names, graph.schema.fields())?;
+    let visible = columns.len() - hidden.len();
+    for column in &mut columns[visible..] {
+        column.hidden = true;
+    }
     let depends_on = dependencies(engine, &query_sql, &plan)?;
     let rel = engine.catalog.create_relation(Relation {
         id: 0,

@@ -16,6 +16,7 @@ pub mod drop;
 mod failover;
 mod float_extremes;
 pub mod functions;
+mod hidden_columns;
 mod interval_arithmetic;
 pub mod kafka_tables;
 pub mod materialized_views;
@@ -299,6 +300,9 @@ impl Engine {
             .map_err(|e| EddyError::syntax(e.to_string().replace("sql parser error: ", "")))?;
         sql_rewrite::restore_select_list_subqueries(sql, &mut statements);
         statements.iter_mut().for_each(sql_rewrite::rewrite);
+        for statement in statements.iter_mut() {
+            hidden_columns::expand_stars(statement, &self.catalog);
+        }
         Ok(statements)
     }
 }

@@ -128,7 +128,7 @@ pub(super) fn describe(session: &Session, name: &ObjectName) -> Result<Outcome> 
             [
                 c.name.clone(),
                 c.sql_type.pg_name(),
-                "false".to_string(),
+                c.hidden.to_string(),
                 String::new(),
             ]
         })
