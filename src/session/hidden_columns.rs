@@ -73,6 +73,21 @@ pub fn expand_stars(statement: &mut Statement, catalog: &Catalog) {
     let _ = statement.visit(&mut visitor);
 }
 
+/// [`expand_stars`] over a query's text: the rewritten text, or `None` when nothing
+/// changed (or the text does not parse here; the planner then reports it).
+pub fn expand_stars_in(sql: &str, catalog: &Catalog) -> Option<String> {
+    use datafusion::sql::sqlparser::dialect::PostgreSqlDialect;
+    use datafusion::sql::sqlparser::parser::Parser;
+    let mut statements = Parser::parse_sql(&PostgreSqlDialect {}, sql).ok()?;
+    let [statement] = statements.as_mut_slice() else {
+        return None;
+    };
+    let before = statement.to_string();
+    expand_stars(statement, catalog);
+    let after = statement.to_string();
+    (after != before).then_some(after)
+}
+
 struct Stars<'a> {
     catalog: &'a Catalog,
 }

@@ -257,6 +257,9 @@ impl Engine {
     /// [`crate::stream::planner::plan_job`].
     pub async fn plan_streaming_query(&self, sql: &str) -> Result<LogicalPlan> {
         let state = self.ctx.state();
+        // A sink's query comes here as text without going through `parse`.
+        let stars = hidden_columns::expand_stars_in(sql, &self.catalog);
+        let sql = stars.as_deref().unwrap_or(sql);
         let with_now = sql_rewrite::streaming_now(sql);
         let sql = with_now.as_deref().unwrap_or(sql);
         let marked = sql_rewrite::mark_counted_set_operations_in(sql);
