@@ -9,7 +9,7 @@
 use super::text;
 use arrow::array::{Array, ArrayRef, AsArray};
 use arrow::datatypes::{DataType, Field, FieldRef};
-use arrow::row::{RowConverter, SortField};
+use arrow::row::RowConverter;
 use datafusion::common::{Result, ScalarValue};
 use datafusion::logical_expr::function::{AccumulatorArgs, StateFieldsArgs};
 use datafusion::logical_expr::utils::format_state_name;
@@ -77,22 +77,7 @@ impl AggregateUDFImpl for JsonbAgg {
     }
 
     fn accumulator(&self, args: AccumulatorArgs) -> Result<Box<dyn Accumulator>> {
-        let order = match args.order_bys.is_empty() {
-            true => None,
-            false => {
-                let fields = args
-                    .order_bys
-                    .iter()
-                    .map(|o| {
-                        Ok(SortField::new_with_options(
-                            o.expr.data_type(args.schema)?,
-                            o.options,
-                        ))
-                    })
-                    .collect::<Result<Vec<_>>>()?;
-                Some(RowConverter::new(fields)?)
-            }
-        };
+        let order = crate::plan_helpers::ordering_codec(&args)?;
         Ok(Box::new(Rows {
             kind: self.kind,
             fields: args.expr_fields.to_vec(),

@@ -12,10 +12,9 @@
 use super::functions::udf;
 use arrow::datatypes::DataType;
 use datafusion::common::config::ConfigOptions;
-use datafusion::common::tree_node::{Transformed, TreeNode};
+use datafusion::common::tree_node::Transformed;
 use datafusion::common::{DFSchema, Result, ScalarValue};
 use datafusion::logical_expr::expr::ScalarFunction;
-use datafusion::logical_expr::expr_rewriter::NamePreserver;
 use datafusion::logical_expr::{Cast, Expr, ExprSchemable, LogicalPlan, TryCast};
 use datafusion::optimizer::AnalyzerRule;
 
@@ -24,18 +23,7 @@ pub struct JsonbCasts;
 
 impl AnalyzerRule for JsonbCasts {
     fn analyze(&self, plan: LogicalPlan, _config: &ConfigOptions) -> Result<LogicalPlan> {
-        let rewritten = plan.transform_up_with_subqueries(|node| {
-            let mut schema = DFSchema::empty();
-            for input in node.inputs() {
-                schema.merge(input.schema());
-            }
-            let names = NamePreserver::new(&node);
-            node.map_expressions(|e| {
-                let name = names.save(&e);
-                Ok(e.transform_up(|e| rewrite_cast(e, &schema))?
-                    .update_data(|e| name.restore(e)))
-            })
-        })?;
+        let rewritten = crate::plan_helpers::rewrite_expressions(plan, rewrite_cast)?;
         if !rewritten.transformed {
             return Ok(rewritten.data);
         }

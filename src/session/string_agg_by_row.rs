@@ -10,7 +10,7 @@
 
 use arrow::array::{Array, ArrayRef, AsArray};
 use arrow::datatypes::{DataType, Field, FieldRef};
-use arrow::row::{RowConverter, SortField};
+use arrow::row::RowConverter;
 use datafusion::common::{Result, ScalarValue};
 use datafusion::logical_expr::function::{AccumulatorArgs, StateFieldsArgs};
 use datafusion::logical_expr::utils::format_state_name;
@@ -51,22 +51,7 @@ impl AggregateUDFImpl for StringAggByRow {
     }
 
     fn accumulator(&self, args: AccumulatorArgs) -> Result<Box<dyn Accumulator>> {
-        let order = match args.order_bys.is_empty() {
-            true => None,
-            false => {
-                let fields = args
-                    .order_bys
-                    .iter()
-                    .map(|o| {
-                        Ok(SortField::new_with_options(
-                            o.expr.data_type(args.schema)?,
-                            o.options,
-                        ))
-                    })
-                    .collect::<Result<Vec<_>>>()?;
-                Some(RowConverter::new(fields)?)
-            }
-        };
+        let order = crate::plan_helpers::ordering_codec(&args)?;
         Ok(Box::new(Joined {
             order,
             rows: Vec::new(),
@@ -205,6 +190,7 @@ impl Accumulator for Joined {
 mod tests {
     use super::*;
     use arrow::array::StringArray;
+    use arrow::row::SortField;
 
     #[test]
     fn each_row_brings_its_own_delimiter_and_partials_join() {

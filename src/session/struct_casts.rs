@@ -7,10 +7,9 @@
 
 use arrow::datatypes::{DataType, FieldRef};
 use datafusion::common::config::ConfigOptions;
-use datafusion::common::tree_node::{Transformed, TreeNode};
+use datafusion::common::tree_node::Transformed;
 use datafusion::common::{DFSchema, Result, ScalarValue};
 use datafusion::logical_expr::expr::ScalarFunction;
-use datafusion::logical_expr::expr_rewriter::NamePreserver;
 use datafusion::logical_expr::{
     Cast, ColumnarValue, Expr, ExprSchemable, LogicalPlan, ReturnFieldArgs, ScalarFunctionArgs,
     ScalarUDF, ScalarUDFImpl, Signature, Volatility,
@@ -35,19 +34,7 @@ pub struct StructCasts;
 
 impl AnalyzerRule for StructCasts {
     fn analyze(&self, plan: LogicalPlan, _config: &ConfigOptions) -> Result<LogicalPlan> {
-        plan.transform_up_with_subqueries(|node| {
-            let mut schema = DFSchema::empty();
-            for input in node.inputs() {
-                schema.merge(input.schema());
-            }
-            let names = NamePreserver::new(&node);
-            node.map_expressions(|e| {
-                let name = names.save(&e);
-                Ok(e.transform_up(|e| by_position(e, &schema))?
-                    .update_data(|e| name.restore(e)))
-            })
-        })
-        .map(|t| t.data)
+        crate::plan_helpers::rewrite_expressions(plan, by_position).map(|t| t.data)
     }
 
     fn name(&self) -> &str {

@@ -1,0 +1,46 @@
+//! Small pieces shared by Eddy's DataFusion extensions (analyzer rules, aggregates).
+
+use datafusion::common::tree_node::{Transformed, TreeNode};
+use datafusion::common::{DFSchema, Result};
+use datafusion::logical_expr::expr_rewriter::NamePreserver;
+use datafusion::logical_expr::function::AccumulatorArgs;
+use datafusion::logical_expr::{Expr, LogicalPlan};
+
+/// Rewrites every expression of `plan` (subqueries included) bottom-up with `rewrite`,
+/// which gets the schema of the node's inputs; output columns keep their names.
+pub fn rewrite_expressions(
+    plan: LogicalPlan,
+    rewrite: impl Fn(Expr, &DFSchema) -> Result<Transformed<Expr>>,
+) -> Result<Transformed<LogicalPlan>> {
+    plan.transform_up_with_subqueries(|node| {
+        let mut schema = DFSchema::empty();
+        for input in node.inputs() {
+            schema.merge(input.schema());
+        }
+        let names = NamePreserver::new(&node);
+        node.map_expressions(|e| {
+            let name = names.save(&e);
+            Ok(e.transform_up(|e| rewrite(e, &schema))?
+                .update_data(|e| name.restore(e)))
+        })
+    })
+}
+
+/// The memcomparable encoding of an aggregate call's `ORDER BY` keys (`None` without
+/// one): accumulators that keep their rows sort them by it.
+pub fn ordering_codec(args: &AccumulatorArgs) -> Result<Option<arrow::row::RowConverter>> {
+    if args.order_bys.is_empty() {
+        return Ok(None);
+    }
+    let fields = args
+        .order_bys
+        .iter()
+        .map(|o| {
+            Ok(arrow::row::SortField::new_with_options(
+                o.expr.data_type(args.schema)?,
+                o.options,
+            ))
+        })
+        .collect::<Result<Vec<_>>>()?;
+    Ok(Some(arrow::row::RowConverter::new(fields)?))
+}
