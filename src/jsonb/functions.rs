@@ -303,11 +303,22 @@ impl ScalarUDFImpl for JsonbFunction {
                 _ => None,
             })
             .collect();
+        // Integer arguments (indexes) as Int64, cast once per batch.
+        let ints: Vec<Option<ArrayRef>> = arrays
+            .iter()
+            .map(|a| {
+                a.data_type()
+                    .is_integer()
+                    .then(|| arrow::compute::cast(a, &DataType::Int64).ok())
+                    .flatten()
+            })
+            .collect();
         let mut out = Builder::new(self.returns, rows);
         for row in 0..rows {
             let r = Row {
                 arrays: &arrays,
                 texts: &texts,
+                ints: &ints,
                 fields: &args.arg_fields,
                 row,
             };
@@ -326,6 +337,8 @@ struct Row<'a> {
     arrays: &'a [ArrayRef],
     /// The string arguments as `Utf8`.
     texts: &'a [Option<ArrayRef>],
+    /// The integer arguments as `Int64`.
+    ints: &'a [Option<ArrayRef>],
     fields: &'a [FieldRef],
     row: usize,
 }
@@ -380,10 +393,10 @@ impl Row<'_> {
     }
 
     fn int(&self, i: usize) -> Option<i64> {
-        let cast =
-            arrow::compute::cast(&self.arrays[i].slice(self.row, 1), &DataType::Int64).ok()?;
-        let ints = cast.as_primitive::<arrow::datatypes::Int64Type>();
-        (!ints.is_null(0)).then(|| ints.value(0))
+        let ints = self.ints[i]
+            .as_ref()?
+            .as_primitive::<arrow::datatypes::Int64Type>();
+        (!ints.is_null(self.row)).then(|| ints.value(self.row))
     }
 
     /// A `text[]` argument: an array, or its literal text (`'{a,b}'`).

@@ -482,14 +482,7 @@ fn format_list(values: ArrayRef) -> Result<String> {
                 .chars()
                 .any(|c| matches!(c, '{' | '}' | ',' | '"' | '\\') || c.is_whitespace());
         if needs_quotes {
-            out.push('"');
-            for c in text.chars() {
-                if c == '"' || c == '\\' {
-                    out.push('\\');
-                }
-                out.push(c);
-            }
-            out.push('"');
+            push_quoted(&mut out, &text, '\\');
         } else {
             out.push_str(&text);
         }
@@ -507,32 +500,40 @@ fn format_record(record: &arrow::array::StructArray, row: usize) -> Result<Strin
         if i > 0 {
             out.push(',');
         }
-        let column = normalize(column)?;
-        if column.logical_nulls().is_some_and(|n| n.is_null(row)) {
+        // This row's value only: normalizing the whole column would cost its length per row.
+        let value = normalize(&column.slice(row, 1))?;
+        if value.logical_nulls().is_some_and(|n| n.is_null(0)) {
             continue;
         }
         let mut buf = BytesMut::new();
-        write_text(&column, row, &mut buf, false)?;
+        write_text(&value, 0, &mut buf, false)?;
         let text = String::from_utf8_lossy(&buf).into_owned();
         let needs_quotes = text.is_empty()
             || text
                 .chars()
                 .any(|c| matches!(c, '(' | ')' | ',' | '"' | '\\') || c.is_whitespace());
         if needs_quotes {
-            out.push('"');
-            for c in text.chars() {
-                if c == '"' || c == '\\' {
-                    out.push(c);
-                }
-                out.push(c);
-            }
-            out.push('"');
+            // A record doubles `"` and `\` inside quotes.
+            push_quoted(&mut out, &text, '\0');
         } else {
             out.push_str(&text);
         }
     }
     out.push(')');
     Ok(out)
+}
+
+/// `text` in double quotes, each `"` and `\` in it preceded by `escape` (an array
+/// element's backslash), or doubled when `escape` is NUL (a record field).
+fn push_quoted(out: &mut String, text: &str, escape: char) {
+    out.push('"');
+    for c in text.chars() {
+        if c == '"' || c == '\\' {
+            out.push(if escape == '\0' { c } else { escape });
+        }
+        out.push(c);
+    }
+    out.push('"');
 }
 
 // ---------------------------------------------------------------------------------------
