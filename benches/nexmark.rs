@@ -1,13 +1,17 @@
 //! Nexmark throughput: every query of `benches/nexmark/q*.sql` (the files the tests check
 //! against DataFusion), each run as a blackhole sink over bounded Nexmark person, auction
 //! and bid sources inside an in-process engine, at parallelism 1 and 2. Baselines in the
-//! same run: the Nexmark generator alone (generate and discard), and the bid source
-//! alone (a blackhole sink straight from it) at the same parallelism.
+//! same run: the Nexmark generator alone (generate and discard), the bid source alone (a
+//! blackhole sink straight from it) at the same parallelism, and DataFusion computing the
+//! same query once in batch over the same events in memory. Each run also records the
+//! process's peak resident memory, the state's size and the checkpoints' durations.
 //!
 //! `cargo bench --bench nexmark` (events per query: `EDDY_BENCH_EVENTS`, default 4000000;
-//! arguments filter queries by name: `cargo bench --bench nexmark -- q5 q7`).
-//! Prints one line per measurement; `docs/benchmarks.md` records the figures.
+//! arguments filter queries by name: `cargo bench --bench nexmark -- q5 q7`). Prints one
+//! line per measurement; with `EDDY_BENCH_REPORT=docs/benchmarks.md` it also rewrites that
+//! file's generated section and draws the chart beside it (`scripts/bench.sh` does both).
 
+use datafusion::prelude::SessionContext;
 use eddy::config::Config;
 use eddy::session::{Engine, Session};
 use nexmark::EventGenerator;
@@ -15,50 +19,13 @@ use nexmark::config::NexmarkConfig;
 use nexmark::event::EventType;
 use std::time::{Duration, Instant, SystemTime};
 
-const QUERY_DIR: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/benches/nexmark");
+#[path = "nexmark/report.rs"]
+mod report;
+#[path = "nexmark/shared.rs"]
+mod shared;
 
-/// The queries as (name, SQL), in query order.
-fn queries() -> Vec<(String, String)> {
-    let mut queries: Vec<(u32, String, String)> = std::fs::read_dir(QUERY_DIR)
-        .expect("benches/nexmark")
-        .filter_map(|entry| {
-            let path = entry.ok()?.path();
-            let name = path.file_stem()?.to_str()?.to_string();
-            let number: u32 = name.strip_prefix('q')?.parse().ok()?;
-            Some((number, name, std::fs::read_to_string(&path).ok()?))
-        })
-        .collect();
-    queries.sort();
-    queries.into_iter().map(|(_, n, q)| (n, q)).collect()
-}
-
-/// Each source's columns and its share of the events (Nexmark's 1 : 3 : 46 mix).
-const SOURCES: &[(&str, &str, &str, u64)] = &[
-    (
-        "person",
-        "Person",
-        "id BIGINT, name VARCHAR, email_address VARCHAR, credit_card VARCHAR, city VARCHAR, \
-         state VARCHAR, date_time TIMESTAMP, extra VARCHAR, \
-         WATERMARK FOR date_time AS date_time - INTERVAL '4' SECOND",
-        1,
-    ),
-    (
-        "auction",
-        "Auction",
-        "id BIGINT, item_name VARCHAR, description VARCHAR, initial_bid BIGINT, reserve BIGINT, \
-         date_time TIMESTAMP, expires TIMESTAMP, seller BIGINT, category BIGINT, extra VARCHAR, \
-         WATERMARK FOR date_time AS date_time - INTERVAL '4' SECOND",
-        3,
-    ),
-    (
-        "bid",
-        "Bid",
-        "auction BIGINT, bidder BIGINT, price BIGINT, channel VARCHAR, url VARCHAR, \
-         date_time TIMESTAMP, extra VARCHAR, p_time TIMESTAMPTZ AS PROCTIME(), \
-         WATERMARK FOR date_time AS date_time - INTERVAL '4' SECOND",
-        46,
-    ),
-];
+use report::{Measurement, QueryResult};
+use shared::{SOURCES, batch_context, batch_query, queries, side_input};
 
 /// Events per second of the bare generator producing bids (every event kind counted, as
 /// `nexmark.event.num` does), discarding them.
@@ -88,7 +55,7 @@ async fn run(session: &Session, sql: &str) {
     }
 }
 
-/// Runs one query as a blackhole sink until its bounded sources end; events per second.
+/// Runs one query as a blackhole sink until its bounded sources end, with what it cost.
 /// A query that also reads a table (q13's side input) never ends: it is timed until it
 /// has read every row of its sources.
 async fn query_throughput(
@@ -98,18 +65,16 @@ async fn query_throughput(
     query: &str,
     events: u64,
     parallelism: usize,
-) -> f64 {
+) -> Measurement {
     let mut setup = format!("SET streaming_parallelism = {parallelism};");
-    for (source, table_type, columns, _) in SOURCES {
-        setup.push_str(&format!(
-            "CREATE SOURCE {source} ({columns}) WITH (
-                 connector = 'nexmark', nexmark.table.type = '{table_type}',
-                 nexmark.event.num = {events}, nexmark.split.num = {parallelism});"
-        ));
+    for source in &SOURCES {
+        setup.push_str(&source.create(events, parallelism));
+        setup.push(';');
     }
     setup.push_str(&format!(
         "CREATE SINK {name} AS {query} WITH (connector = 'blackhole');"
     ));
+    report::reset_peak_rss();
     run(session, &setup).await;
     // The rows of the sources the sink reads, and whether it also reads a table.
     let sink = engine.catalog.get(name).expect("the sink exists");
@@ -122,8 +87,8 @@ async fn query_throughput(
         .collect();
     let source_rows: u64 = SOURCES
         .iter()
-        .filter(|(source, ..)| read.iter().any(|r| r == source))
-        .map(|(_, _, _, share)| events * share / 50)
+        .filter(|source| read.iter().any(|r| r == source.name))
+        .map(|source| source.rows(events))
         .sum();
     let reads_table = read.iter().any(|r| r == "side_input");
     let job = engine
@@ -133,6 +98,9 @@ async fn query_throughput(
         .find(|j| j.name == name)
         .expect("the sink's job exists");
     let mut ended = None;
+    // The coordinator keeps only its recent checkpoints: collected while the job runs.
+    let mut checkpoints = std::collections::BTreeMap::new();
+    let mut polls = 0u64;
     // A bounded source ends at the barrier after its last row: once every row is read,
     // run that barrier at once instead of waiting for the checkpoint timer.
     while job.is_running() {
@@ -143,11 +111,17 @@ async fn query_throughput(
             }
             engine.checkpoints.run_round().await;
         }
+        polls += 1;
+        if polls.is_multiple_of(100) {
+            collect_checkpoints(engine, job.started, &mut checkpoints);
+        }
         tokio::time::sleep(Duration::from_millis(1)).await;
     }
     if let Some(error) = job.error.lock().clone() {
         panic!("{name} failed: {error}");
     }
+    collect_checkpoints(engine, job.started, &mut checkpoints);
+    let peak_rss_bytes = report::peak_rss_bytes();
     let finished =
         ended.unwrap_or_else(|| job.finished.lock().expect("a finished job has an end time"));
     let seconds = finished
@@ -159,7 +133,46 @@ async fn query_throughput(
         &format!("DROP SINK {name}; DROP SOURCE person; DROP SOURCE auction; DROP SOURCE bid;"),
     )
     .await;
-    events as f64 / seconds
+    let committed: Vec<_> = checkpoints
+        .into_values()
+        .filter(|c: &eddy::checkpoint::coordinator::CheckpointRecord| {
+            c.error.is_none() && c.started <= finished
+        })
+        .collect();
+    Measurement {
+        parallelism,
+        events_per_second: events as f64 / seconds,
+        peak_rss_bytes,
+        state_bytes: committed.iter().map(|c| c.state_bytes).max(),
+        checkpoint_millis: committed
+            .iter()
+            .map(|c| c.duration.as_millis() as u64)
+            .collect(),
+    }
+}
+
+/// Adds the coordinator's recent checkpoints begun since `since` to `into`, by epoch.
+fn collect_checkpoints(
+    engine: &Engine,
+    since: SystemTime,
+    into: &mut std::collections::BTreeMap<u64, eddy::checkpoint::coordinator::CheckpointRecord>,
+) {
+    for record in engine.checkpoints.history() {
+        if record.started >= since {
+            into.insert(record.epoch, record);
+        }
+    }
+}
+
+/// Events per second of DataFusion computing the query once, in batch, over the same
+/// events held in memory (`None` for a query DataFusion cannot run: q11's session
+/// windows).
+async fn batch_throughput(ctx: &SessionContext, query: &str, events: u64) -> Option<f64> {
+    let started = Instant::now();
+    let frame = ctx.sql(&batch_query(query)).await.ok()?;
+    let rows = frame.collect().await.ok()?;
+    std::hint::black_box(rows);
+    Some(events as f64 / started.elapsed().as_secs_f64())
 }
 
 #[tokio::main]
@@ -173,21 +186,20 @@ async fn main() {
         .ok()
         .and_then(|v| v.parse().ok())
         .unwrap_or(4_000_000);
+    let report_path = std::env::var("EDDY_BENCH_REPORT").ok();
     let data = tempfile::tempdir().expect("temp dir");
     let mut config = Config::with_data_dir(data.path());
     config.workers = 2;
     let engine = Engine::open(config).expect("engine opens");
     let session = Session::new(engine.clone(), "root".into());
-    let side_input =
-        std::fs::read_to_string(format!("{QUERY_DIR}/side_input.sql")).expect("side_input.sql");
-    run(&session, &side_input).await;
+    run(&session, &side_input()).await;
 
     println!("events per query: {events}");
     let generator = generator_alone(events);
     println!("{:<14} {:>11} {generator:>14.0} events/s", "generator", "-");
-    let mut source_alone = [0.0; 3];
+    let mut source_alone = Vec::new();
     for parallelism in [1, 2] {
-        let rate = query_throughput(
+        let m = query_throughput(
             &session,
             &engine,
             "source_alone",
@@ -196,27 +208,46 @@ async fn main() {
             parallelism,
         )
         .await;
-        source_alone[parallelism] = rate;
         println!(
-            "{:<14} {:>11} {rate:>14.0} events/s  ({:.2} x generator)",
+            "{:<14} {:>11} {:>14.0} events/s  ({:.2} x generator)",
             "bid source",
             format!("parallel {parallelism}"),
-            rate / generator
+            m.events_per_second,
+            m.events_per_second / generator
         );
+        source_alone.push(m);
     }
+    // The batch side holds every event in memory once, for all queries.
+    let batch = batch_context(events, 1, report::PROCESSING_TIME_MICROS).await;
+    let mut results = Vec::new();
     for (name, query) in queries() {
         if !filter.is_empty() && !filter.iter().any(|f| &name == f) {
             continue;
         }
+        let batch_rate = batch_throughput(&batch, &query, events).await;
+        let mut result = QueryResult {
+            name: name.clone(),
+            batch_events_per_second: batch_rate,
+            runs: Vec::new(),
+        };
         for parallelism in [1, 2] {
-            let rate =
-                query_throughput(&session, &engine, &name, &query, events, parallelism).await;
+            let m = query_throughput(&session, &engine, &name, &query, events, parallelism).await;
             println!(
-                "{name:<14} {:>11} {rate:>14.0} events/s  ({:.2} x bid source, {:.2} x generator)",
-                format!("parallel {parallelism}"),
-                rate / source_alone[parallelism],
-                rate / generator
+                "{}",
+                report::line(&name, &m, &source_alone[parallelism - 1], batch_rate)
             );
+            result.runs.push(m);
         }
+        results.push(result);
+    }
+    if let Some(path) = report_path {
+        let run = report::Run {
+            events,
+            generator_events_per_second: generator,
+            source_alone,
+            queries: results,
+        };
+        report::write(&run, std::path::Path::new(&path)).expect("the report is written");
+        println!("report written into {path}");
     }
 }

@@ -13,6 +13,8 @@ mod dataflow;
 mod durability;
 mod kafka;
 mod nexmark;
+#[path = "../benches/nexmark/shared.rs"]
+mod nexmark_shared;
 mod protocol;
 mod psql;
 mod sinks;

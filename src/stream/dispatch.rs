@@ -67,34 +67,15 @@ impl Dispatcher {
         if self.senders.len() == 1 {
             return Ok(self.senders[0].send(Message::Chunk(chunk)).await.is_ok());
         }
-        let targets: Vec<usize> = match &mut self.route {
-            Route::Direct => vec![0; chunk.num_rows()],
-            Route::Rebalance { next } => {
-                let target = *next % self.senders.len();
-                *next = next.wrapping_add(1);
-                return Ok(self.senders[target]
-                    .send(Message::Chunk(chunk))
-                    .await
-                    .is_ok());
-            }
-            Route::Hash { keys, codec } => {
-                let batch = &chunk.batch;
-                let columns = keys
-                    .iter()
-                    .map(|e| crate::stream::expression_errors::evaluate(e, batch))
-                    .collect::<Result<Vec<ArrayRef>>>()?;
-                let rows = codec.convert_columns(&columns)?;
-                let n = self.senders.len();
-                rows.iter().map(|r| subtask_of(r.as_ref(), n)).collect()
-            }
-            Route::HashStreamKey => {
-                let n = self.senders.len();
-                let keys = chunk.keys.as_ref().ok_or_else(|| {
-                    crate::error::EddyError::internal("hash by stream key over rows without keys")
-                })?;
-                keys.iter().map(|k| subtask_of(k, n)).collect()
-            }
-        };
+        if let Route::Rebalance { next } = &mut self.route {
+            let target = *next % self.senders.len();
+            *next = next.wrapping_add(1);
+            return Ok(self.senders[target]
+                .send(Message::Chunk(chunk))
+                .await
+                .is_ok());
+        }
+        let targets = self.targets(&chunk)?;
         for (target, part) in split(chunk, &targets, self.senders.len())? {
             if self.senders[target]
                 .send(Message::Chunk(part))
@@ -105,6 +86,30 @@ impl Dispatcher {
             }
         }
         Ok(true)
+    }
+
+    /// The downstream subtask of every row of a chunk (whole chunks dealt round robin
+    /// all go to subtask 0 here: `send_chunk` picks their target).
+    pub fn targets(&self, chunk: &StreamChunk) -> Result<Vec<usize>> {
+        let n = self.senders.len();
+        Ok(match &self.route {
+            Route::Direct | Route::Rebalance { .. } => vec![0; chunk.num_rows()],
+            Route::Hash { keys, codec } => {
+                let batch = &chunk.batch;
+                let columns = keys
+                    .iter()
+                    .map(|e| crate::stream::expression_errors::evaluate(e, batch))
+                    .collect::<Result<Vec<ArrayRef>>>()?;
+                let rows = codec.convert_columns(&columns)?;
+                rows.iter().map(|r| subtask_of(r.as_ref(), n)).collect()
+            }
+            Route::HashStreamKey => {
+                let keys = chunk.keys.as_ref().ok_or_else(|| {
+                    crate::error::EddyError::internal("hash by stream key over rows without keys")
+                })?;
+                keys.iter().map(|k| subtask_of(k, n)).collect()
+            }
+        })
     }
 
     /// Sends a message every downstream subtask must see (a barrier).
@@ -119,7 +124,11 @@ impl Dispatcher {
 }
 
 /// Splits a chunk by target subtask, keeping row order within each part.
-fn split(chunk: StreamChunk, targets: &[usize], parts: usize) -> Result<Vec<(usize, StreamChunk)>> {
+pub fn split(
+    chunk: StreamChunk,
+    targets: &[usize],
+    parts: usize,
+) -> Result<Vec<(usize, StreamChunk)>> {
     let mut rows: Vec<Vec<u32>> = vec![Vec::new(); parts];
     for (row, t) in targets.iter().enumerate() {
         rows[*t].push(row as u32);
