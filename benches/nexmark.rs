@@ -55,20 +55,90 @@ async fn run(session: &Session, sql: &str) {
     }
 }
 
-/// Runs one query as a blackhole sink until its bounded sources end, with what it cost.
-/// A query that also reads a table (q13's side input) never ends: it is timed until it
-/// has read every row of its sources.
+/// A source a measured query reads: its `CREATE SOURCE` and how many rows it makes.
+struct Input {
+    name: &'static str,
+    create: String,
+    rows: u64,
+}
+
+/// The three Nexmark sources, bounded to `events` events, one split per subtask.
+fn nexmark_inputs(events: u64, parallelism: usize) -> Vec<Input> {
+    SOURCES
+        .iter()
+        .map(|source| Input {
+            name: source.name,
+            create: source.create(events, parallelism),
+            rows: source.rows(events),
+        })
+        .collect()
+}
+
+/// A `datagen` source named `bid` in the shape of the Flink comparison of issue #12:
+/// `auction` uniform in 1000..1999, `bidder` in 1..1 000 000, `price` in 1..100 000,
+/// `date_time` advancing 1 ms per row with a watermark 4 s behind, and `channel`, `url`,
+/// `extra` random strings of 10, 20 and 10 characters.
+fn datagen_bids(rows: u64, parallelism: usize) -> Vec<Input> {
+    vec![Input {
+        name: "bid",
+        create: format!(
+            "CREATE SOURCE bid (auction BIGINT, bidder BIGINT, price BIGINT, channel VARCHAR, \
+             url VARCHAR, date_time TIMESTAMP, extra VARCHAR, \
+             WATERMARK FOR date_time AS date_time - INTERVAL '4' SECOND) WITH ( \
+             connector = 'datagen', fields.auction.min = 1000, fields.auction.max = 1999, \
+             fields.bidder.min = 1, fields.bidder.max = 1000000, fields.price.min = 1, \
+             fields.price.max = 100000, fields.channel.length = 10, fields.url.length = 20, \
+             fields.extra.length = 10, fields.date_time.kind = 'sequence', \
+             fields.date_time.start = 0, fields.date_time.step = 0.001, \
+             datagen.rows.per.second = 0, datagen.total.rows = {rows}, \
+             datagen.split.num = {parallelism})"
+        ),
+        rows,
+    }]
+}
+
+/// The jobs over [`datagen_bids`]: the source alone, then what Flink ran on the same
+/// machine (issue #12): count and max per auction, a 10 s tumbling count per auction, q5.
+fn datagen_jobs() -> Vec<(String, String)> {
+    let q5 = queries()
+        .into_iter()
+        .find(|(name, _)| name == "q5")
+        .map(|(_, sql)| sql)
+        .expect("q5.sql");
+    [
+        ("datagen_source_alone", "SELECT * FROM bid".to_string()),
+        (
+            "datagen_count_max",
+            "SELECT auction, count(*), max(price) FROM bid GROUP BY auction".to_string(),
+        ),
+        (
+            "datagen_tumble_count",
+            "SELECT auction, window_start, count(*) FROM TUMBLE(bid, date_time, INTERVAL '10' SECOND) \
+             GROUP BY auction, window_start"
+                .to_string(),
+        ),
+        ("datagen_q5", q5),
+    ]
+    .into_iter()
+    .map(|(name, sql)| (name.to_string(), sql))
+    .collect()
+}
+
+/// Runs one query as a blackhole sink until its bounded sources end, with what it cost
+/// (`events` counts toward its rate). A query that also reads a table (q13's side
+/// input) never ends: it is timed until it has read every row of its sources.
 async fn query_throughput(
     session: &Session,
     engine: &Engine,
     name: &str,
     query: &str,
+    inputs: &[Input],
     events: u64,
     parallelism: usize,
 ) -> Measurement {
     let mut setup = format!("SET streaming_parallelism = {parallelism};");
-    for source in &SOURCES {
-        setup.push_str(&source.create(events, parallelism));
+    for input in inputs {
+        setup.push_str(&input.create);
         setup.push(';');
     }
     setup.push_str(&format!(
@@ -85,10 +155,10 @@ async fn query_throughput(
         .filter(|r| sink.depends_on.contains(&r.id))
         .map(|r| r.name)
         .collect();
-    let source_rows: u64 = SOURCES
+    let source_rows: u64 = inputs
         .iter()
-        .filter(|source| read.iter().any(|r| r == source.name))
-        .map(|source| source.rows(events))
+        .filter(|input| read.iter().any(|r| r == input.name))
+        .map(|input| input.rows)
         .sum();
     let reads_table = read.iter().any(|r| r == "side_input");
     let job = engine
@@ -128,11 +198,11 @@ async fn query_throughput(
         .duration_since(job.started)
         .expect("ends after it starts")
         .as_secs_f64();
-    run(
-        session,
-        &format!("DROP SINK {name}; DROP SOURCE person; DROP SOURCE auction; DROP SOURCE bid;"),
-    )
-    .await;
+    let mut teardown = format!("DROP SINK {name};");
+    for input in inputs {
+        teardown.push_str(&format!("DROP SOURCE {};", input.name));
+    }
+    run(session, &teardown).await;
     let committed: Vec<_> = checkpoints
         .into_values()
         .filter(|c: &eddy::checkpoint::coordinator::CheckpointRecord| {
@@ -204,6 +274,7 @@ async fn main() {
             &engine,
             "source_alone",
             "SELECT * FROM bid",
+            &nexmark_inputs(events, parallelism),
             events,
             parallelism,
         )
@@ -231,7 +302,17 @@ async fn main() {
             runs: Vec::new(),
         };
         for parallelism in [1, 2] {
-            let m = query_throughput(&session, &engine, &name, &query, events, parallelism).await;
+            let inputs = nexmark_inputs(events, parallelism);
+            let m = query_throughput(
+                &session,
+                &engine,
+                &name,
+                &query,
+                &inputs,
+                events,
+                parallelism,
+            )
+            .await;
             println!(
                 "{}",
                 report::line(&name, &m, &source_alone[parallelism - 1], batch_rate)
@@ -240,12 +321,42 @@ async fn main() {
         }
         results.push(result);
     }
+    // The bid-shaped datagen jobs, each row an event (run unless queries were named).
+    let mut datagen = Vec::new();
+    for (name, query) in datagen_jobs().into_iter().filter(|_| filter.is_empty()) {
+        let mut result = QueryResult {
+            name: name.clone(),
+            batch_events_per_second: None,
+            runs: Vec::new(),
+        };
+        for parallelism in [1, 2] {
+            let inputs = datagen_bids(events, parallelism);
+            let m = query_throughput(
+                &session,
+                &engine,
+                &name,
+                &query,
+                &inputs,
+                events,
+                parallelism,
+            )
+            .await;
+            let alone = datagen
+                .first()
+                .map(|source: &QueryResult| &source.runs[parallelism - 1])
+                .unwrap_or(&m);
+            println!("{}", report::line(&name, &m, alone, None));
+            result.runs.push(m);
+        }
+        datagen.push(result);
+    }
     if let Some(path) = report_path {
         let run = report::Run {
             events,
             generator_events_per_second: generator,
             source_alone,
             queries: results,
+            datagen,
         };
         report::write(&run, std::path::Path::new(&path)).expect("the report is written");
         println!("report written into {path}");

@@ -34,6 +34,8 @@ pub struct Run {
     /// The bid source alone at parallelism 1, then 2.
     pub source_alone: Vec<Measurement>,
     pub queries: Vec<QueryResult>,
+    /// The bid-shaped `datagen` jobs, the source alone first (empty when not run).
+    pub datagen: Vec<QueryResult>,
 }
 
 /// Starts a new peak for [`peak_rss_bytes`] (Linux: writing 5 to `clear_refs` resets the
@@ -54,7 +56,7 @@ pub fn peak_rss_bytes() -> Option<u64> {
 /// The terminal's line for one measurement.
 pub fn line(name: &str, m: &Measurement, source: &Measurement, batch: Option<f64>) -> String {
     format!(
-        "{name:<14} {:>11} {:>14.0} events/s  ({:.2} x bid source, {} x batch)  peak RSS {}, state {}, checkpoints {}",
+        "{name:<14} {:>11} {:>14.0} events/s  ({:.2} x source alone, {} x batch)  peak RSS {}, state {}, checkpoints {}",
         format!("parallel {}", m.parallelism),
         m.events_per_second,
         m.events_per_second / source.events_per_second,
@@ -177,6 +179,46 @@ fn section(run: &Run) -> String {
             .collect::<Vec<_>>()
             .join(", ")
     );
+    if let Some(alone) = run.datagen.first() {
+        let _ = writeln!(
+            s,
+            "\n### The bid-shaped `datagen` jobs (issue #12's comparison with Flink)\n\n\
+             A `datagen` source `bid` of {} rows: `auction` uniform in 1000..1999, `bidder` in \
+             1..1 000 000, `price` in 1..100 000, `date_time` advancing 1 ms per row (watermark \
+             4 s behind), `channel`, `url`, `extra` random strings of 10, 20 and 10 characters; \
+             each job into a blackhole sink. Rows/s, against that source alone in the same run.\n",
+            thousands(run.events as f64)
+        );
+        let _ = writeln!(
+            s,
+            "| job | parallelism | rows/s | × datagen source | × parallelism 1 | peak RSS | state | checkpoints (mean / longest) |"
+        );
+        let _ = writeln!(
+            s,
+            "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: |"
+        );
+        for q in &run.datagen {
+            for m in &q.runs {
+                let rate = m.events_per_second;
+                let scaling = if m.parallelism == 1 {
+                    "–".to_string()
+                } else {
+                    format!("{:.2}", rate / q.runs[0].events_per_second)
+                };
+                let _ = writeln!(
+                    s,
+                    "| {} | {} | {} | {:.2} | {scaling} | {} | {} | {} |",
+                    q.name,
+                    m.parallelism,
+                    thousands(rate),
+                    rate / alone.runs[m.parallelism - 1].events_per_second,
+                    megabytes(m.peak_rss_bytes),
+                    megabytes(m.state_bytes),
+                    checkpoints(&m.checkpoint_millis),
+                );
+            }
+        }
+    }
     s.push_str(END);
     s
 }

@@ -4,6 +4,9 @@
 //! Options (as in RisingWave):
 //! - `fields.<col>.kind` = `sequence` (default for integers with `start`/`end`) or `random`;
 //! - `fields.<col>.start`, `fields.<col>.end` for sequences (default 1 and unbounded);
+//!   `fields.<col>.step` (Eddy's own, default 1): how far each row's value is from the
+//!   last, a whole number, or for a timestamp a number of seconds that may be a fraction
+//!   (`0.001`: a millisecond per row, as Flink's bid-shaped benchmark tables advance);
 //! - `fields.<col>.min`, `fields.<col>.max`, `fields.<col>.seed` for random numbers,
 //!   `fields.<col>.length` for random strings;
 //! - `datagen.rows.per.second` (default 10; 0 = as fast as possible),
@@ -30,6 +33,8 @@ pub enum FieldKind {
     Sequence {
         start: i64,
         end: Option<i64>,
+        /// Between consecutive values (seconds for timestamps).
+        step: f64,
     },
     Random {
         min: f64,
@@ -48,7 +53,9 @@ pub struct DatagenSpec {
     pub total_rows: Option<u64>,
 }
 
-const FIELD_OPTIONS: &[&str] = &["kind", "start", "end", "min", "max", "seed", "length"];
+const FIELD_OPTIONS: &[&str] = &[
+    "kind", "start", "end", "step", "min", "max", "seed", "length",
+];
 
 impl DatagenSpec {
     pub fn from_options(schema: &SchemaRef, options: &BTreeMap<String, String>) -> Result<Self> {
@@ -117,7 +124,23 @@ impl DatagenSpec {
                         field.name()
                     )));
                 }
-                fields.push(FieldKind::Sequence { start, end });
+                let step = opt("step")
+                    .map(|(k, v)| parse_option::<f64>(&k, v))
+                    .transpose()?
+                    .unwrap_or(1.0);
+                let timestamp = matches!(field.data_type(), DataType::Timestamp(..));
+                if !(step > 0.0 && step.is_finite() && (timestamp || step.fract() == 0.0)) {
+                    return Err(invalid(format!(
+                        "fields.{}.step must be a positive {}",
+                        field.name(),
+                        if timestamp {
+                            "number of seconds"
+                        } else {
+                            "whole number"
+                        }
+                    )));
+                }
+                fields.push(FieldKind::Sequence { start, end, step });
             } else {
                 let min = opt("min")
                     .map(|(k, v)| parse_option::<f64>(&k, v))
@@ -189,7 +212,8 @@ impl DatagenSpec {
             FieldKind::Sequence {
                 start,
                 end: Some(end),
-            } => Some((end - start + 1) as u64),
+                step,
+            } => Some(((end - start) as f64 / step).floor() as u64 + 1),
             _ => None,
         });
         sequences.chain(self.total_rows).min()
@@ -273,9 +297,10 @@ impl DatagenSplit {
 fn generate(dt: &DataType, kind: &FieldKind, column: usize, rows: &[u64]) -> Result<ArrayRef> {
     // Every value as an f64 first (integers exact up to 2^53), then the column's type.
     let numbers: Vec<f64> = match kind {
-        FieldKind::Sequence { start, .. } => {
-            rows.iter().map(|n| (*start + *n as i64) as f64).collect()
-        }
+        FieldKind::Sequence { start, step, .. } => rows
+            .iter()
+            .map(|n| *start as f64 + *n as f64 * step)
+            .collect(),
         FieldKind::Random { min, max, seed, .. } => rows
             .iter()
             .map(|n| {
@@ -330,10 +355,11 @@ fn generate(dt: &DataType, kind: &FieldKind, column: usize, rows: &[u64]) -> Res
             }
         },
         DataType::Timestamp(TimeUnit::Microsecond, tz) => {
-            // Sequences count seconds from the base; random values are seconds in [min, max].
+            // Sequences count seconds from the base (fractions with a fractional step);
+            // random values are whole seconds in [min, max].
             let micros = numbers
                 .iter()
-                .map(|v| TIMESTAMP_BASE_MICROS + (*v as i64) * 1_000_000);
+                .map(|v| TIMESTAMP_BASE_MICROS + (*v * 1e6).round() as i64);
             Arc::new(
                 TimestampMicrosecondArray::from_iter_values(micros).with_timezone_opt(tz.clone()),
             )
