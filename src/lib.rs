@@ -14,3 +14,9 @@ pub mod session;
 pub mod sql;
 pub mod state;
 pub mod stream;
+
+/// Every binary linking Eddy (the server, its tests and benchmarks) allocates through
+/// mimalloc: batches are built on one worker and freed on another, which glibc's malloc
+/// handles with costly consolidation.
+#[global_allocator]
+static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;

@@ -230,7 +230,14 @@ fn chart(run: &Run) -> String {
     const WIDTH: f64 = 720.0;
     const TOP: f64 = 50.0;
     const ROW: f64 = 26.0;
-    let (low, high) = (1e4_f64.log10(), 1e7_f64.log10());
+    // From 10k to the decade above the fastest query (at least 10M).
+    let fastest = run
+        .queries
+        .iter()
+        .flat_map(|q| q.runs.iter().map(|m| m.events_per_second))
+        .fold(1e7_f64, f64::max);
+    let top_decade = (fastest.log10().ceil() as i32).clamp(7, 9);
+    let (low, high) = (4.0, top_decade as f64);
     let x = |rate: f64| LEFT + WIDTH * ((rate.max(1e4).log10() - low) / (high - low)).min(1.0);
     let height = TOP + ROW * run.queries.len() as f64 + 40.0;
     let total_width = LEFT + WIDTH + 30.0;
@@ -262,9 +269,9 @@ fn chart(run: &Run) -> String {
         LEFT + 344.0
     );
     let bottom = TOP + ROW * run.queries.len() as f64;
-    for decade in 4..=7 {
+    for decade in 4..=top_decade {
         let tx = x(10f64.powi(decade));
-        let label = ["10k", "100k", "1M", "10M"][decade as usize - 4];
+        let label = ["10k", "100k", "1M", "10M", "100M", "1G"][decade as usize - 4];
         let _ = writeln!(
             s,
             r##"<line x1="{tx}" y1="{TOP}" x2="{tx}" y2="{bottom}" stroke="#ddd"/><text x="{tx}" y="{}" text-anchor="middle">{label}</text>"##,

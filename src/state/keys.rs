@@ -94,7 +94,7 @@ mod tests {
 
     #[test]
     fn key_groups_spread() {
-        let mut seen = std::collections::HashSet::new();
+        let mut seen = datafusion::common::HashSet::new();
         for i in 0u64..10_000 {
             seen.insert(key_group_of(&i.to_be_bytes()));
         }

@@ -227,7 +227,7 @@ impl StateTable {
                 // The last row of a key wins; the change stream sees only that row, after
                 // a delete of the row it replaces.
                 let changes = if log.wants_changes() {
-                    let mut last = std::collections::HashMap::with_capacity(rows);
+                    let mut last = datafusion::common::HashMap::with_capacity(rows);
                     for (row, key) in keys.iter().enumerate() {
                         last.insert(key.as_slice(), row);
                     }

@@ -9,7 +9,7 @@
 
 use super::Watermark;
 use crate::error::Result;
-use arrow::array::{Array, AsArray, RecordBatch, new_null_array};
+use arrow::array::{Array, ArrayRef, AsArray, RecordBatch, new_null_array};
 use arrow::datatypes::SchemaRef;
 use arrow::row::{RowConverter, SortField};
 use datafusion::common::{DFSchema, ScalarValue};
@@ -152,6 +152,9 @@ pub struct SourceWatermark {
     pub time_column: usize,
     /// The watermark expression over the source's full schema.
     pub expr: Arc<dyn PhysicalExpr>,
+    /// The expression never decreases as the time column grows (`ts - INTERVAL '5'
+    /// SECOND`): its largest value in a batch is its value at the batch's latest time.
+    pub grows_with_time: bool,
     /// The time column's index among the columns the job reads (`None`: not read).
     pub output_column: Option<usize>,
 }
@@ -176,7 +179,6 @@ impl WatermarkGenerator {
         &mut self,
         chunk: super::StreamChunk,
     ) -> Result<(super::StreamChunk, u64, Option<Watermark>)> {
-        use datafusion::logical_expr::Accumulator;
         let mut chunk = chunk;
         let mut late = 0;
         if let Some(current) = &self.current {
@@ -191,15 +193,7 @@ impl WatermarkGenerator {
                 chunk = super::operators::filter::filter_chunk(chunk, &keep)?;
             }
         }
-        let values = self
-            .spec
-            .expr
-            .evaluate(&chunk.batch)?
-            .into_array(chunk.num_rows())?;
-        let mut max =
-            datafusion::functions_aggregate::min_max::MaxAccumulator::try_new(values.data_type())?;
-        max.update_batch(&[values])?;
-        let candidate = max.evaluate()?;
+        let candidate = self.largest_watermark(&chunk.batch)?;
         let grew = !candidate.is_null()
             && self
                 .current
@@ -214,6 +208,36 @@ impl WatermarkGenerator {
             });
         }
         Ok((chunk, late, out))
+    }
+
+    /// The largest value of the watermark expression over a batch's rows (NULL when
+    /// there is none).
+    fn largest_watermark(&self, batch: &RecordBatch) -> Result<ScalarValue> {
+        use datafusion::functions_aggregate::min_max::MaxAccumulator;
+        use datafusion::logical_expr::Accumulator;
+        let largest = |values: ArrayRef| -> Result<ScalarValue> {
+            let mut max = MaxAccumulator::try_new(values.data_type())?;
+            max.update_batch(&[values])?;
+            Ok(max.evaluate()?)
+        };
+        if !self.spec.grows_with_time {
+            let values = self
+                .spec
+                .expr
+                .evaluate(batch)?
+                .into_array(batch.num_rows())?;
+            return largest(values);
+        }
+        // Evaluate the expression once, at the latest time, instead of on every row
+        // (interval arithmetic on timestamps goes through calendar code per value).
+        let latest = largest(batch.column(self.spec.time_column).clone())?;
+        if latest.is_null() {
+            return Ok(latest);
+        }
+        let mut columns = batch.slice(0, 1).columns().to_vec();
+        columns[self.spec.time_column] = latest.to_array_of_size(1)?;
+        let one_row = RecordBatch::try_new(batch.schema(), columns)?;
+        largest(self.spec.expr.evaluate(&one_row)?.into_array(1)?)
     }
 
     /// The current watermark as bytes (its type, then its value in arrow-row form), for
@@ -254,5 +278,85 @@ impl WatermarkGenerator {
             self.current = Some(value);
         }
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::stream::StreamChunk;
+    use arrow::array::{Int64Array, TimestampMicrosecondArray};
+    use arrow::datatypes::{DataType, Field, Schema, TimeUnit};
+    use datafusion::physical_expr::expressions::{BinaryExpr, Column, Literal};
+
+    fn generator(grows_with_time: bool) -> WatermarkGenerator {
+        let ts = Arc::new(Column::new("ts", 1));
+        let four_seconds = Arc::new(Literal::new(ScalarValue::new_interval_mdn(
+            0,
+            0,
+            4_000_000_000,
+        )));
+        WatermarkGenerator::new(SourceWatermark {
+            time_column: 1,
+            expr: Arc::new(BinaryExpr::new(ts, BinaryOp::Minus, four_seconds)),
+            grows_with_time,
+            output_column: Some(1),
+        })
+    }
+
+    fn chunk(times: &[Option<i64>]) -> StreamChunk {
+        let schema = Arc::new(Schema::new(vec![
+            Field::new("id", DataType::Int64, false),
+            Field::new(
+                "ts",
+                DataType::Timestamp(TimeUnit::Microsecond, Some("UTC".into())),
+                true,
+            ),
+        ]));
+        let ids = Int64Array::from_iter_values(0..times.len() as i64);
+        let ts = TimestampMicrosecondArray::from(times.to_vec()).with_timezone("UTC");
+        StreamChunk::inserts(
+            RecordBatch::try_new(schema, vec![Arc::new(ids), Arc::new(ts)]).unwrap(),
+        )
+    }
+
+    /// Evaluating `ts - INTERVAL '4' SECOND` once at the latest time gives the watermarks
+    /// and late rows that evaluating it on every row gives: unordered times, NULLs, a
+    /// batch of NULLs only, late rows and an empty batch.
+    #[test]
+    fn a_monotone_expression_evaluated_once_matches_every_row() {
+        let batches: Vec<Vec<Option<i64>>> = vec![
+            vec![Some(10_000_000), None, Some(30_000_000), Some(20_000_000)],
+            vec![None, None],
+            vec![Some(25_000_000), Some(5_000_000), Some(40_000_000)],
+            vec![Some(1_000_000)],
+            vec![],
+            vec![Some(39_000_000), None, Some(41_000_000)],
+        ];
+        let (mut once, mut every_row) = (generator(true), generator(false));
+        let mut seen = Vec::new();
+        for times in &batches {
+            let (a, late_a, wm_a) = once.observe(chunk(times)).unwrap();
+            let (b, late_b, wm_b) = every_row.observe(chunk(times)).unwrap();
+            assert_eq!(a.batch, b.batch);
+            assert_eq!(late_a, late_b);
+            assert_eq!(
+                wm_a.as_ref().map(|w| &w.value),
+                wm_b.as_ref().map(|w| &w.value)
+            );
+            seen.push((late_a, wm_a.map(|w| w.value)));
+        }
+        // The watermark follows the latest time minus 4 s, and rows below it are late.
+        let micros = |v: i64| {
+            Some(ScalarValue::TimestampMicrosecond(
+                Some(v),
+                Some("UTC".into()),
+            ))
+        };
+        assert_eq!(seen[0], (0, micros(26_000_000)));
+        assert_eq!(seen[1], (0, None));
+        assert_eq!(seen[2], (2, micros(36_000_000)));
+        assert_eq!(seen[3], (1, None));
+        assert_eq!(seen[5], (0, micros(37_000_000)));
     }
 }

@@ -27,10 +27,11 @@ use crate::stream::{Op, StreamChunk, Watermark};
 use arrow::array::{Array, ArrayRef, RecordBatch};
 use arrow::datatypes::{DataType, SchemaRef};
 use arrow::row::{RowConverter, SortField};
+use datafusion::common::HashMap;
 use datafusion::physical_expr::PhysicalExpr;
 use datafusion::physical_expr::window::WindowExpr;
 use rocksdb::WriteBatch;
-use std::collections::{BTreeMap, HashMap};
+use std::collections::BTreeMap;
 use std::sync::Arc;
 
 #[derive(Clone)]

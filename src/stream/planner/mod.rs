@@ -371,6 +371,7 @@ fn source_watermark(
     };
     Ok(Some(SourceWatermark {
         time_column,
+        grows_with_time: monotone_column(&expr, &schema, &[time_column]) == Some(time_column),
         expr: physical(&expr, &schema)?,
         output_column,
     }))

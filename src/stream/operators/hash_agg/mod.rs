@@ -36,10 +36,11 @@ use arrow::array::{Array, ArrayRef, AsArray, Float64Array, Int64Array, RecordBat
 use arrow::compute::cast;
 use arrow::datatypes::{DataType, Float64Type, SchemaRef};
 use arrow::row::{RowConverter, SortField};
+use datafusion::common::HashMap;
 use datafusion::common::ScalarValue;
 use datafusion::physical_expr::PhysicalExpr;
 use rocksdb::WriteBatch;
-use std::collections::{BTreeMap, HashMap};
+use std::collections::BTreeMap;
 use std::sync::Arc;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -1164,7 +1165,7 @@ fn unchanged_rows(
     old_batch: &RecordBatch,
     new_batch: &RecordBatch,
     pairs: &[(usize, usize)],
-) -> std::collections::HashSet<usize> {
+) -> datafusion::common::HashSet<usize> {
     use arrow::array::{Array, UInt32Array};
     if pairs.is_empty() {
         return Default::default();

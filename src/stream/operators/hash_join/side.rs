@@ -23,8 +23,9 @@
 use crate::error::{EddyError, Result};
 use crate::state::keys::key_group_of;
 use crate::state::{CacheBudget, OperatorState};
+use datafusion::common::{HashMap, HashSet};
 use rocksdb::WriteBatch;
-use std::collections::{BTreeMap, HashMap, HashSet};
+use std::collections::BTreeMap;
 use std::sync::Arc;
 
 /// Estimated memory of a stored row besides its id and values.

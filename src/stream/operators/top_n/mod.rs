@@ -23,10 +23,10 @@ use arrow::array::{ArrayRef, RecordBatch, UInt64Array};
 use arrow::compute::cast;
 use arrow::datatypes::{DataType, SchemaRef};
 use arrow::row::{RowConverter, SortField};
+use datafusion::common::{HashMap, HashSet};
 use datafusion::physical_expr::PhysicalExpr;
 use partitions::{Bytes, Partitions, encode_rows};
 use rocksdb::WriteBatch;
-use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
 
 /// How rows are numbered within a partition.

@@ -17,9 +17,10 @@ use crate::state::keys::{key_group_of, put_len_prefixed, take_len_prefixed};
 use crate::stream::StreamChunk;
 use arrow::array::RecordBatch;
 use arrow::row::{RowConverter, Rows};
+use datafusion::common::{HashMap, HashSet};
 use datafusion::physical_expr::PhysicalExpr;
 use rocksdb::WriteBatch;
-use std::collections::{BTreeMap, HashMap, HashSet};
+use std::collections::BTreeMap;
 use std::sync::Arc;
 
 pub type Bytes = Box<[u8]>;
