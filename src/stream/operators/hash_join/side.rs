@@ -23,7 +23,7 @@
 use crate::error::{EddyError, Result};
 use crate::state::keys::key_group_of;
 use crate::state::{CacheBudget, OperatorState};
-use datafusion::common::{HashMap, HashSet};
+use datafusion::common::HashMap;
 use rocksdb::WriteBatch;
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -51,8 +51,10 @@ pub type Bytes = Box<[u8]>;
 
 pub struct SideState {
     keys: HashMap<Box<[u8]>, KeyRows>,
-    /// `(join key, row id)` of the entries changed since the last barrier.
-    dirty: HashSet<(Bytes, Bytes)>,
+    /// Ids of the entries changed since the last barrier, by join key (an id may be
+    /// listed more than once). Grouped by key so that a key is copied, hashed and looked
+    /// up once per barrier, not once per changed row.
+    dirty: HashMap<Bytes, Vec<Bytes>>,
     /// Ids of append-only rows: this prefix, then the next sequence number.
     id_salt: u64,
     next_seq: u64,
@@ -76,7 +78,7 @@ impl Default for SideState {
     fn default() -> Self {
         Self {
             keys: HashMap::new(),
-            dirty: HashSet::new(),
+            dirty: HashMap::new(),
             id_salt: crate::stream::operators::random_salt(),
             next_seq: 0,
             cache: None,
@@ -127,28 +129,46 @@ impl SideState {
 
     /// Stores a row (replacing one stored under the same id).
     pub fn insert(&mut self, join_key: &[u8], id: Box<[u8]>, entry: Entry) {
-        if !self.keys.contains_key(join_key) {
-            self.resident_bytes += join_key.len() + KEY_BYTES;
-        }
-        let rows = self.keys.entry(join_key.into()).or_default();
-        self.resident_bytes += entry_bytes(&id, &entry);
-        if let Some(old) = rows.rows.insert(id.clone(), entry) {
+        let added = entry_bytes(&id, &entry);
+        let replaced = self.rows_for(join_key).rows.insert(id.clone(), entry);
+        self.resident_bytes += added;
+        if let Some(old) = replaced {
             self.resident_bytes -= entry_bytes(&id, &old);
         }
-        self.dirty.insert((join_key.into(), id));
+        self.mark_dirty(join_key, id);
+    }
+
+    /// The rows of a join key, made empty first when the key is new (the key is copied
+    /// only then).
+    fn rows_for(&mut self, join_key: &[u8]) -> &mut KeyRows {
+        if !self.keys.contains_key(join_key) {
+            self.resident_bytes += join_key.len() + KEY_BYTES;
+            self.keys.insert(join_key.into(), KeyRows::default());
+        }
+        self.keys.get_mut(join_key).expect("the key was just added")
+    }
+
+    fn mark_dirty(&mut self, join_key: &[u8], id: Bytes) {
+        match self.dirty.get_mut(join_key) {
+            Some(ids) => ids.push(id),
+            None => {
+                self.dirty.insert(join_key.into(), vec![id]);
+            }
+        }
     }
 
     /// Removes a row; returns it if it was there.
     pub fn remove(&mut self, join_key: &[u8], id: &[u8]) -> Option<Entry> {
         let rows = self.keys.get_mut(join_key)?;
         let entry = rows.rows.remove(id)?;
+        let now_empty = rows.rows.is_empty();
         self.resident_bytes -= entry_bytes(id, &entry);
-        self.dirty.insert((join_key.into(), id.into()));
+        self.mark_dirty(join_key, id.into());
         // A key without rows is forgotten (ids are unique across keys), so the memory of
         // an interval or window join stays bounded as its keys expire. A side that reads
         // keys back keeps it until the barrier has deleted its rows from RocksDB, so that
         // a read before then cannot bring them back.
-        if rows.rows.is_empty() && self.cache.is_none() {
+        if now_empty && self.cache.is_none() {
             self.keys.remove(join_key);
             self.resident_bytes -= join_key.len() + KEY_BYTES;
         }
@@ -168,7 +188,7 @@ impl SideState {
 
     /// Marks an entry whose degree changed.
     pub fn touch(&mut self, join_key: &[u8], id: &[u8]) {
-        self.dirty.insert((join_key.into(), id.into()));
+        self.mark_dirty(join_key, id.into());
     }
 
     /// Every stored row: its join key, id and encoded values.
@@ -187,17 +207,22 @@ impl SideState {
     pub fn checkpoint(&mut self, table: &OperatorState, batch: &mut WriteBatch) {
         let mut key = Vec::new();
         let mut value = Vec::new();
-        for (join_key, id) in self.dirty.drain() {
-            state_key(&join_key, &id, &mut key);
+        for (join_key, mut ids) in self.dirty.drain() {
+            ids.sort_unstable();
+            ids.dedup();
             let group = key_group_of(&join_key);
-            match self.keys.get(&join_key).and_then(|r| r.rows.get(&id)) {
-                Some(entry) => {
-                    value.clear();
-                    value.extend_from_slice(&entry.degree.to_le_bytes());
-                    value.extend_from_slice(&entry.row);
-                    table.put_in_group(batch, group, &key, Some(&value));
+            let rows = self.keys.get(&join_key);
+            for id in ids {
+                state_key(&join_key, &id, &mut key);
+                match rows.and_then(|r| r.rows.get(&id)) {
+                    Some(entry) => {
+                        value.clear();
+                        value.extend_from_slice(&entry.degree.to_le_bytes());
+                        value.extend_from_slice(&entry.row);
+                        table.put_in_group(batch, group, &key, Some(&value));
+                    }
+                    None => table.put_in_group(batch, group, &key, None),
                 }
-                None => table.put_in_group(batch, group, &key, None),
             }
         }
         // Every key is clean now: keys left without rows can go, and others may be
@@ -279,15 +304,8 @@ impl SideState {
 
     /// Adds a row read from the state table (unchanged: not dirty).
     fn insert_loaded(&mut self, join_key: &[u8], id: &[u8], entry: Entry) {
-        if !self.keys.contains_key(join_key) {
-            self.resident_bytes += join_key.len() + KEY_BYTES;
-        }
         self.resident_bytes += entry_bytes(id, &entry);
-        self.keys
-            .entry(join_key.into())
-            .or_default()
-            .rows
-            .insert(id.into(), entry);
+        self.rows_for(join_key).rows.insert(id.into(), entry);
     }
 
     /// Reports the side's memory to the budget; over it, asks for an early barrier, after

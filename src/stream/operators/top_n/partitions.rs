@@ -17,7 +17,7 @@ use crate::state::keys::{key_group_of, put_len_prefixed, take_len_prefixed};
 use crate::stream::StreamChunk;
 use arrow::array::RecordBatch;
 use arrow::row::{RowConverter, Rows};
-use datafusion::common::{HashMap, HashSet};
+use datafusion::common::HashMap;
 use datafusion::physical_expr::PhysicalExpr;
 use rocksdb::WriteBatch;
 use std::collections::BTreeMap;
@@ -40,9 +40,10 @@ pub struct Partition {
 #[derive(Default)]
 pub struct Partitions {
     partitions: HashMap<Bytes, Partition>,
-    /// Entries changed since the last barrier: `(partition, Some(position))` for a row,
-    /// `(partition, None)` for the sequence number.
-    dirty: HashSet<(Bytes, Option<Position>)>,
+    /// Entries changed since the last barrier, by partition (an entry may be listed more
+    /// than once): `Some(position)` for a row, `None` for the sequence number. Grouped
+    /// by partition so that a partition key is copied and hashed once per barrier.
+    dirty: HashMap<Bytes, Vec<Option<Position>>>,
 }
 
 /// Each row's values of `exprs`, encoded by `codec` (memcomparable); without a codec (no
@@ -78,17 +79,38 @@ impl Partitions {
 
     /// A fresh row id in `partition` (append-only inputs: ids are never reused).
     pub fn next_id(&mut self, partition: &[u8]) -> Bytes {
-        let p = self.partitions.entry(partition.into()).or_default();
+        let p = self.partition_mut(partition);
         let id = p.next_seq;
         p.next_seq += 1;
-        self.dirty.insert((partition.into(), None));
+        self.mark_dirty(partition, None);
         Box::new(id.to_be_bytes())
     }
 
     pub fn insert(&mut self, partition: &[u8], position: Position, row: Bytes) {
-        let p = self.partitions.entry(partition.into()).or_default();
-        p.rows.insert(position.clone(), row);
-        self.dirty.insert((partition.into(), Some(position)));
+        self.partition_mut(partition)
+            .rows
+            .insert(position.clone(), row);
+        self.mark_dirty(partition, Some(position));
+    }
+
+    /// A partition, made empty first when it is new (its key is copied only then).
+    fn partition_mut(&mut self, partition: &[u8]) -> &mut Partition {
+        if !self.partitions.contains_key(partition) {
+            self.partitions
+                .insert(partition.into(), Partition::default());
+        }
+        self.partitions
+            .get_mut(partition)
+            .expect("the partition was just added")
+    }
+
+    fn mark_dirty(&mut self, partition: &[u8], entry: Option<Position>) {
+        match self.dirty.get_mut(partition) {
+            Some(entries) => entries.push(entry),
+            None => {
+                self.dirty.insert(partition.into(), vec![entry]);
+            }
+        }
     }
 
     /// Removes a row; whether it was there.
@@ -99,11 +121,11 @@ impl Partitions {
         if p.rows.remove(position).is_none() {
             return false;
         }
-        self.dirty
-            .insert((partition.into(), Some(position.clone())));
+        let forget = p.rows.is_empty() && p.next_seq == 0;
+        self.mark_dirty(partition, Some(position.clone()));
         // A keyed partition without rows is forgotten; an append-only one keeps its
         // sequence.
-        if p.rows.is_empty() && p.next_seq == 0 {
+        if forget {
             self.partitions.remove(partition);
         }
         true
@@ -127,9 +149,18 @@ impl Partitions {
         let Some(p) = self.partitions.get_mut(partition) else {
             return;
         };
+        let mut dropped = Vec::new();
         while p.rows.len() > keep {
             let (position, _) = p.rows.pop_last().expect("more rows than kept");
-            self.dirty.insert((partition.into(), Some(position)));
+            dropped.push(Some(position));
+        }
+        if !dropped.is_empty() {
+            match self.dirty.get_mut(partition) {
+                Some(entries) => entries.append(&mut dropped),
+                None => {
+                    self.dirty.insert(partition.into(), dropped);
+                }
+            }
         }
     }
 
@@ -166,19 +197,23 @@ impl Partitions {
     /// Writes the entries changed since the last barrier.
     pub fn checkpoint(&mut self, table: &OperatorState, batch: &mut WriteBatch) {
         let mut key = Vec::new();
-        for (partition, entry) in self.dirty.drain() {
+        for (partition, mut entries) in self.dirty.drain() {
+            entries.sort_unstable();
+            entries.dedup();
             let group = key_group_of(&partition);
             let stored = self.partitions.get(&*partition);
-            match entry {
-                None => {
-                    state_key(&partition, None, &mut key);
-                    let seq = stored.map_or(0, |p| p.next_seq).to_le_bytes();
-                    table.put_in_group(batch, group, &key, Some(&seq));
-                }
-                Some(position) => {
-                    state_key(&partition, Some(&position), &mut key);
-                    let row = stored.and_then(|p| p.rows.get(&position));
-                    table.put_in_group(batch, group, &key, row.map(|r| &**r));
+            for entry in entries {
+                match entry {
+                    None => {
+                        state_key(&partition, None, &mut key);
+                        let seq = stored.map_or(0, |p| p.next_seq).to_le_bytes();
+                        table.put_in_group(batch, group, &key, Some(&seq));
+                    }
+                    Some(position) => {
+                        state_key(&partition, Some(&position), &mut key);
+                        let row = stored.and_then(|p| p.rows.get(&position));
+                        table.put_in_group(batch, group, &key, row.map(|r| &**r));
+                    }
                 }
             }
         }
