@@ -1,7 +1,8 @@
-//! Joins whose state stays bounded: an interval join and a window join over unbounded,
-//! paced `nexmark` sources run for 40 times their interval (in event time: Nexmark makes
-//! 10 000 events per second of event time), while the rows their state tables hold
-//! (`eddy_catalog.state_tables`) stay flat as the rows read keep growing.
+//! State that stays bounded: an interval join, a window join and a hopping-window
+//! aggregate (without `EMIT ON WINDOW CLOSE`) over unbounded, paced `nexmark` sources run
+//! for 40 times their interval (in event time: Nexmark makes 10 000 events per second of
+//! event time), while the rows their state tables hold (`eddy_catalog.state_tables`) stay
+//! flat as the rows read keep growing.
 
 use crate::common::TestServer;
 use crate::streaming::view_rows;
@@ -24,8 +25,8 @@ fn source(name: &str, table_type: &str, share: u64, columns: &str) -> String {
     )
 }
 
-/// (rows read by the job, rows in its join's state tables).
-async fn progress(client: &tokio_postgres::Client, job: &str) -> (u64, u64) {
+/// (rows read by the job, rows in the state tables of its operators named `operator`).
+async fn progress(client: &tokio_postgres::Client, job: &str, operator: &str) -> (u64, u64) {
     let read = view_rows(
         client,
         &format!("SELECT rows_read FROM eddy_catalog.jobs WHERE name = '{job}'"),
@@ -35,7 +36,7 @@ async fn progress(client: &tokio_postgres::Client, job: &str) -> (u64, u64) {
         client,
         &format!(
             "SELECT coalesce(sum(rows), 0) FROM eddy_catalog.state_tables \
-             WHERE job = '{job}' AND operator LIKE 'HashJoin%'"
+             WHERE job = '{job}' AND operator LIKE '{operator}%'"
         ),
     )
     .await;
@@ -43,7 +44,7 @@ async fn progress(client: &tokio_postgres::Client, job: &str) -> (u64, u64) {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn interval_and_window_join_state_stays_flat() {
+async fn join_and_window_aggregate_state_stays_flat() {
     // Frequent barriers: between two, one side of a self-join (two reads of one source)
     // can run ahead of the other, and its rows wait in state for the other's watermark.
     let server = TestServer::start_with_args(&["--barrier-interval-ms", "250"]);
@@ -64,7 +65,13 @@ async fn interval_and_window_join_state_stays_flat() {
                SELECT b.auction, b.price, b.bidder, c.bidder AS other_bidder, b.window_start
                FROM TUMBLE(bid, date_time, INTERVAL '1' SECOND) b
                JOIN TUMBLE(bid, date_time, INTERVAL '1' SECOND) c
-               ON b.auction = c.auction AND b.price = c.price AND b.window_start = c.window_start;",
+               ON b.auction = c.auction AND b.price = c.price AND b.window_start = c.window_start;
+             -- A hopping-window count per auction: the groups of windows the watermark
+             -- has passed are final and dropped from state (their rows stay in the view).
+             CREATE MATERIALIZED VIEW hop_counts AS
+               SELECT auction, window_start, count(*) AS bids
+               FROM HOP(bid, date_time, INTERVAL '1' SECOND, INTERVAL '2' SECOND)
+               GROUP BY auction, window_start;",
             source(
                 "bid",
                 "Bid",
@@ -75,27 +82,32 @@ async fn interval_and_window_join_state_stays_flat() {
         ))
         .await
         .unwrap();
-    // Both jobs read the bids twice (both sides come from the same source, so they move
-    // through event time at the same pace): 2 × 46 rows per 50 events. The interval is
-    // 1 s of event time.
-    let rows_per_interval = EVENTS_PER_SECOND * 2 * 46 / 50;
+    // The joins read the bids twice (both sides come from the same source, so they move
+    // through event time at the same pace): 2 × 46 rows per 50 events; the aggregate
+    // reads them once. The interval is 1 s of event time.
+    let bids_per_interval = EVENTS_PER_SECOND * 46 / 50;
     // The mean state from 10 to 20 intervals and from 30 to 40: state that grew with the
     // input would more than double between them; bounded state stays put (within the
     // noise of when barriers and watermarks fall, allowed up to 1.75 times). Both jobs run at once
     // and are sampled together.
-    let jobs = ["interval_pairs", "window_pairs"];
+    // (job, the operators whose state is measured, bid reads).
+    let jobs = [
+        ("interval_pairs", "HashJoin", 2),
+        ("window_pairs", "HashJoin", 2),
+        ("hop_counts", "HashAgg", 1),
+    ];
     let deadline = Instant::now() + Duration::from_secs(400);
-    let mut early = [(0u64, 0u64); 2];
-    let mut late = [(0u64, 0u64); 2];
+    let mut early = [(0u64, 0u64); 3];
+    let mut late = [(0u64, 0u64); 3];
     let mean = |(sum, n): (u64, u64)| sum.checked_div(n).unwrap_or(0);
-    let mut done = [false; 2];
+    let mut done = [false; 3];
     while !done.iter().all(|d| *d) {
-        for (j, job) in jobs.iter().enumerate() {
+        for (j, (job, operator, reads)) in jobs.iter().enumerate() {
             if done[j] {
                 continue;
             }
-            let (read, state) = progress(&client, job).await;
-            let intervals = read / rows_per_interval;
+            let (read, state) = progress(&client, job, operator).await;
+            let intervals = read / (bids_per_interval * reads);
             match intervals {
                 10..20 => early[j] = (early[j].0 + state, early[j].1 + 1),
                 30.. => late[j] = (late[j].0 + state, late[j].1 + 1),
@@ -105,7 +117,7 @@ async fn interval_and_window_join_state_stays_flat() {
                 done[j] = true;
                 let (early, late) = (mean(early[j]), mean(late[j]));
                 eprintln!("{job}: {early} rows in state at 10-20 intervals, {late} at 30-40");
-                assert!(early > 0, "{job}: the join keeps some state");
+                assert!(early > 0, "{job}: the {operator} keeps some state");
                 assert!(
                     late * 4 <= early * 7,
                     "{job}: state grew from {early} rows to {late} while reading {read} rows"
@@ -118,7 +130,7 @@ async fn interval_and_window_join_state_stays_flat() {
         }
         tokio::time::sleep(Duration::from_millis(250)).await;
     }
-    for view in ["interval_pairs", "window_pairs"] {
+    for view in ["interval_pairs", "window_pairs", "hop_counts"] {
         let rows = view_rows(&client, &format!("SELECT count(*) FROM {view}")).await;
         assert_ne!(rows[0][0], "0", "{view} has rows");
     }

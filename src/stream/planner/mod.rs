@@ -110,6 +110,20 @@ enum Node {
 }
 
 impl Node {
+    /// Whether the rows come from connector sources through stateless operators only
+    /// (so none is behind a source's watermark).
+    fn reads_sources_only(&self) -> bool {
+        match self {
+            Node::Connector { .. } => true,
+            Node::Op { input, .. } => input.reads_sources_only(),
+            Node::Union { inputs, .. } => inputs.iter().all(Node::reads_sources_only),
+            Node::Changes { .. }
+            | Node::Keyed { .. }
+            | Node::StreamKeyed { .. }
+            | Node::Join { .. } => false,
+        }
+    }
+
     /// Whether the rows carry stream keys (they may be updated or deleted).
     fn keyed(&self) -> bool {
         match self {
@@ -170,10 +184,15 @@ struct AggParts {
     watermarks: Vec<usize>,
     /// With `EMIT ON WINDOW CLOSE`: the group key position of the window column.
     window_close: Option<usize>,
+    /// The first group key that is a watermarked input column (its position among the
+    /// group keys).
+    watermarked_key: Option<usize>,
 }
 
 /// A plan visited so far: a finished node, or an aggregate still taking the operators
-/// that follow it.
+/// that follow it. (Short-lived while planning, so the size of its variants does not
+/// matter.)
+#[allow(clippy::large_enum_variant)]
 enum Partial {
     Node(Node),
     Agg(AggParts),
@@ -203,6 +222,14 @@ impl Partial {
             None => describe,
         };
         let append_only = !agg.input.keyed();
+        // Without EMIT ON WINDOW CLOSE, the groups of passed windows can still be dropped
+        // when no row behind the watermark can reach the aggregate: rows straight from
+        // sources, which drop their late rows (a join or another aggregate may emit rows
+        // behind it).
+        let forget_window = match agg.window_close {
+            None if append_only && agg.input.reads_sources_only() => agg.watermarked_key,
+            _ => None,
+        };
         let (exprs, types, calls, schema, post, window_close) = (
             agg.group_exprs.clone(),
             agg.group_types.clone(),
@@ -220,9 +247,10 @@ impl Partial {
                 post.clone(),
             )?
             .append_only_input(append_only);
-            Ok(Box::new(match window_close {
-                Some(key) => agg.emit_on_window_close(key)?,
-                None => agg,
+            Ok(Box::new(match (window_close, forget_window) {
+                (Some(key), _) => agg.emit_on_window_close(key)?,
+                (None, Some(key)) => agg.forget_closed_windows(key)?,
+                (None, None) => agg,
             }) as Box<dyn Operator>)
         });
         Ok(Node::Keyed {
@@ -874,8 +902,9 @@ fn visit(plan: &LogicalPlan, ctx: &PlanContext) -> Result<Partial> {
                 })
                 .map(|(k, _)| k)
                 .collect();
+            let watermarked_key = watermark_keys.first().copied();
             let window_close = if ctx.emit_on_window_close {
-                watermark_keys.first().copied()
+                watermarked_key
             } else {
                 None
             };
@@ -921,6 +950,7 @@ fn visit(plan: &LogicalPlan, ctx: &PlanContext) -> Result<Partial> {
                 input,
                 watermarks: watermark_keys,
                 window_close,
+                watermarked_key,
             }))
         }
         LogicalPlan::Union(union) => {

@@ -232,9 +232,14 @@ pub struct HashAgg {
     previous_rows: usize,
 }
 
-/// `EMIT ON WINDOW CLOSE`: groups are held back until the watermark passes their window
-/// column, then emitted once, final, and forgotten.
+/// Groups by the value of a watermarked group key (a window). With `EMIT ON WINDOW CLOSE`
+/// (`emit`), groups are held back until the watermark passes their window column, then
+/// emitted once, final, and forgotten. Without it (an append-only input read straight
+/// from sources, whose late rows the sources drop), groups are emitted as usual and
+/// forgotten, state included, at the first barrier after the watermark passed them: no
+/// row can change them any more, and their rows stay in the output.
 struct WindowClose {
+    emit: bool,
     /// Position of the window column among the group keys.
     key: usize,
     /// Encodes that column's values (memcomparable).
@@ -355,8 +360,20 @@ impl HashAgg {
     }
 
     /// Emits each group only once its window (group key `key`) is closed by the watermark.
-    pub fn emit_on_window_close(mut self, key: usize) -> Result<Self> {
+    pub fn emit_on_window_close(self, key: usize) -> Result<Self> {
+        self.by_window(key, true)
+    }
+
+    /// Forgets the groups of windows (group key `key`) the watermark has passed, after
+    /// their last change was emitted. Only for an input in which no row is ever behind
+    /// the watermark (sources drop such rows).
+    pub fn forget_closed_windows(self, key: usize) -> Result<Self> {
+        self.by_window(key, false)
+    }
+
+    fn by_window(mut self, key: usize, emit: bool) -> Result<Self> {
         self.window_close = Some(WindowClose {
+            emit,
             key,
             codec: RowConverter::new(vec![SortField::new(self.group_types[key].clone())])?,
             open: BTreeMap::new(),
@@ -488,8 +505,8 @@ impl HashAgg {
         Ok(ids)
     }
 
-    /// With `EMIT ON WINDOW CLOSE`: the rows of a chunk whose window is still open (rows
-    /// for a closed window are late).
+    /// Grouped by window: the rows of a chunk whose window is still open (rows for a
+    /// closed window are late).
     fn drop_late_rows(&self, chunk: StreamChunk) -> Result<StreamChunk> {
         let Some(w) = &self.window_close else {
             return Ok(chunk);
@@ -504,6 +521,9 @@ impl HashAgg {
             .iter()
             .map(|r| Some(r.as_ref() >= closed_below.as_slice()))
             .collect();
+        if keep.true_count() == keep.len() {
+            return Ok(chunk);
+        }
         super::filter::filter_chunk(chunk, &keep)
     }
 
@@ -962,6 +982,17 @@ impl Operator for HashAgg {
         let mut chunks = Vec::new();
         if let Some(w) = &mut self.window_close
             && w.key == key
+            && !w.emit
+        {
+            // Forgotten at the next barrier, once their changes are out.
+            let value = watermark.value.to_array_of_size(1)?;
+            let value = cast(&value, &self.group_types[key])?;
+            let bound = w.codec.convert_columns(&[value])?.row(0).as_ref().to_vec();
+            if w.closed_below.as_ref().is_none_or(|c| *c < bound) {
+                w.closed_below = Some(bound);
+            }
+        } else if let Some(w) = &mut self.window_close
+            && w.key == key
         {
             let value = watermark.value.to_array_of_size(1)?;
             let value = cast(&value, &self.group_types[key])?;
@@ -993,11 +1024,11 @@ impl Operator for HashAgg {
     /// End of input: with `EMIT ON WINDOW CLOSE`, every open window closes.
     fn finish(&mut self) -> Result<Vec<StreamChunk>> {
         match &mut self.window_close {
-            Some(w) => {
+            Some(w) if w.emit => {
                 let open = std::mem::take(&mut w.open);
                 self.close_groups(open.into_values().flatten().collect())
             }
-            None => Ok(vec![]),
+            _ => Ok(vec![]),
         }
     }
 
@@ -1019,7 +1050,7 @@ impl Operator for HashAgg {
     }
 
     fn process(&mut self, chunk: StreamChunk) -> Result<Vec<StreamChunk>> {
-        if self.window_close.is_some() {
+        if self.window_close.as_ref().is_some_and(|w| w.emit) {
             let chunk = self.drop_late_rows(chunk)?;
             let ids = self.group_ids(&chunk.batch)?;
             let signs: Vec<i64> = chunk
@@ -1031,6 +1062,10 @@ impl Operator for HashAgg {
             self.settle_cache();
             return Ok(vec![]);
         }
+        // Rows for windows the watermark has passed (possible only from a source that
+        // was idle while others moved the watermark) would find their groups forgotten:
+        // they are late and dropped, as with EMIT ON WINDOW CLOSE.
+        let chunk = self.drop_late_rows(chunk)?;
         let ids = self.group_ids(&chunk.batch)?;
         // Groups first changed in this epoch: remember the row they show now, to retract
         // it at the barrier.
@@ -1065,6 +1100,15 @@ impl Operator for HashAgg {
     /// A barrier: the change of every group changed in this epoch, from the row it
     /// showed at the epoch's start to the row it shows now.
     fn on_barrier(&mut self) -> Result<Vec<StreamChunk>> {
+        let changes = self.emit_pending()?;
+        self.forget_passed_windows();
+        Ok(changes)
+    }
+}
+
+impl HashAgg {
+    /// The change of every group changed in this epoch.
+    fn emit_pending(&mut self) -> Result<Vec<StreamChunk>> {
         if self.pending.is_empty() {
             return Ok(vec![]);
         }
@@ -1081,9 +1125,25 @@ impl Operator for HashAgg {
         };
         self.emit_changes(&groups, &old_batch, &old_rows)
     }
-}
 
-impl HashAgg {
+    /// Without `EMIT ON WINDOW CLOSE`: forgets the groups of windows the watermark has
+    /// passed (in memory or evicted); the checkpoint deletes their state.
+    fn forget_passed_windows(&mut self) {
+        let Some(w) = &mut self.window_close else {
+            return;
+        };
+        let Some(bound) = w.closed_below.as_ref().filter(|_| !w.emit) else {
+            return;
+        };
+        let still_open = w.open.split_off(bound);
+        let passed = std::mem::replace(&mut w.open, still_open);
+        for key in passed.into_values().flatten() {
+            if let Some(&g) = self.groups.get(&key) {
+                self.release_slot(g);
+            }
+            self.forgotten.push(key);
+        }
+    }
     fn mark_dirty(&mut self, g: usize) {
         if !self.is_dirty[g] {
             self.is_dirty[g] = true;
