@@ -982,28 +982,21 @@ impl Operator for HashAgg {
         let mut chunks = Vec::new();
         if let Some(w) = &mut self.window_close
             && w.key == key
-            && !w.emit
-        {
-            // Forgotten at the next barrier, once their changes are out.
-            let value = watermark.value.to_array_of_size(1)?;
-            let value = cast(&value, &self.group_types[key])?;
-            let bound = w.codec.convert_columns(&[value])?.row(0).as_ref().to_vec();
-            if w.closed_below.as_ref().is_none_or(|c| *c < bound) {
-                w.closed_below = Some(bound);
-            }
-        } else if let Some(w) = &mut self.window_close
-            && w.key == key
         {
             let value = watermark.value.to_array_of_size(1)?;
             let value = cast(&value, &self.group_types[key])?;
             let bound = w.codec.convert_columns(&[value])?.row(0).as_ref().to_vec();
-            let still_open = w.open.split_off(&bound);
-            let closed = std::mem::replace(&mut w.open, still_open);
             if w.closed_below.as_ref().is_none_or(|c| *c < bound) {
-                w.closed_below = Some(bound);
+                w.closed_below = Some(bound.clone());
             }
-            chunks = self.close_groups(closed.into_values().flatten().collect())?;
-            self.settle_cache();
+            // Without EMIT ON WINDOW CLOSE the passed windows are forgotten at the next
+            // barrier, once their changes are out; with it they close now.
+            if w.emit {
+                let still_open = w.open.split_off(&bound);
+                let closed = std::mem::replace(&mut w.open, still_open);
+                chunks = self.close_groups(closed.into_values().flatten().collect())?;
+                self.settle_cache();
+            }
         }
         let mut watermarks = vec![Watermark {
             column: key,
@@ -1144,6 +1137,7 @@ impl HashAgg {
             self.forgotten.push(key);
         }
     }
+
     fn mark_dirty(&mut self, g: usize) {
         if !self.is_dirty[g] {
             self.is_dirty[g] = true;
