@@ -7,6 +7,8 @@ fn main() -> anyhow::Result<()> {
         .with_env_filter(
             EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new("info")),
         )
+        // Logs go to stderr (stdout is for what a command prints).
+        .with_writer(std::io::stderr)
         .init();
     let config = Config::from_cli(Cli::parse())?;
     let runtime = tokio::runtime::Builder::new_multi_thread()

@@ -222,4 +222,28 @@ async fn cdc_table_options_and_upstream_are_checked() {
         assert!(Instant::now() < deadline, "{rows:?}");
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
+    // Dropped and made again at once under the same name (so the same slot name): the
+    // old table's slot drop must not take the new table's slot, whose changes then flow.
+    client
+        .batch_execute(&format!(
+            "DROP TABLE a; CREATE TABLE a (id INT PRIMARY KEY, name VARCHAR) {}",
+            with("items")
+        ))
+        .await
+        .unwrap();
+    upstream
+        .batch_execute("INSERT INTO items VALUES (3, 'three'); DELETE FROM items WHERE id = 2")
+        .await
+        .unwrap();
+    let deadline = Instant::now() + Duration::from_secs(120);
+    loop {
+        let rows = view_rows(&client, "SELECT id, name FROM a ORDER BY id").await;
+        if rows == vec![vec!["1", "uno"], vec!["3", "three"]] {
+            break;
+        }
+        assert!(Instant::now() < deadline, "{rows:?}");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let slots = view_rows(&upstream, "SELECT slot_name FROM pg_replication_slots").await;
+    assert_eq!(slots, vec![vec!["eddy_a"]], "one slot, the new table's");
 }

@@ -166,8 +166,13 @@ impl CdcSpec {
     }
 
     /// Checks the upstream side: logical replication on, the table there with every
-    /// column of `columns`; then makes the publication and the slot if missing.
-    pub async fn prepare(&self, client: &tokio_postgres::Client, columns: &[String]) -> Result<()> {
+    /// column of `columns`; then makes the publication and the slot if missing. Whether it
+    /// made the slot.
+    pub async fn prepare(
+        &self,
+        client: &tokio_postgres::Client,
+        columns: &[String],
+    ) -> Result<bool> {
         let level: String = client
             .query_one("SHOW wal_level", &[])
             .await
@@ -256,7 +261,7 @@ impl CdcSpec {
                 .await
                 .map_err(|e| self.failed("cannot create the replication slot", e))?;
         }
-        Ok(())
+        Ok(!has_slot)
     }
 
     /// The table's current rows, `columns` as text, in batches of `batch_rows`.
@@ -342,19 +347,42 @@ impl CdcSpec {
         Ok(())
     }
 
-    /// Drops the slot (the table that read it is gone); errors are only logged.
+    /// Drops the slot (the table that read it is gone); errors are only logged. The
+    /// stopped task may still be reading it (a slot in use cannot be dropped), so this
+    /// tries again for a while.
     pub async fn drop_slot(&self) {
+        const ATTEMPTS: usize = 50;
         let result = async {
             let client = self.connect().await?;
-            client
-                .query(
-                    "SELECT pg_drop_replication_slot(slot_name) FROM pg_replication_slots \
-                     WHERE slot_name = $1 AND NOT active",
-                    &[&self.slot],
-                )
-                .await
-                .map_err(|e| self.failed("cannot drop the replication slot", e))?;
-            Ok::<(), EddyError>(())
+            for _ in 0..ATTEMPTS {
+                let left = client
+                    .query(
+                        "SELECT active FROM pg_replication_slots WHERE slot_name = $1",
+                        &[&self.slot],
+                    )
+                    .await
+                    .map_err(|e| self.failed("cannot read replication slots", e))?;
+                match left.first().map(|row| row.get::<_, bool>(0)) {
+                    None => return Ok(()),
+                    Some(true) => tokio::time::sleep(Duration::from_millis(200)).await,
+                    Some(false) => {
+                        // It can become active between the two statements: then the
+                        // next round sees it in use; any other failure is final.
+                        if let Err(e) = client
+                            .query("SELECT pg_drop_replication_slot($1)", &[&self.slot])
+                            .await
+                            && e.code() != Some(&tokio_postgres::error::SqlState::OBJECT_IN_USE)
+                        {
+                            return Err(self.failed("cannot drop the replication slot", e));
+                        }
+                    }
+                }
+            }
+            Err(invalid(format!(
+                "postgres-cdc {}: replication slot '{}' stayed in use; drop it by hand",
+                self.address(),
+                self.slot
+            )))
         }
         .await;
         if let Err(e) = result {

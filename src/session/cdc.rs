@@ -39,6 +39,9 @@ const POSITION_KEY: &[u8] = b"lsn";
 #[derive(Default)]
 pub struct CdcTables {
     tasks: Mutex<HashMap<String, watch::Sender<bool>>>,
+    /// Replication slots being dropped, by slot name: a `CREATE TABLE` that reuses the
+    /// name waits for the drop first (else the drop could remove the new table's slot).
+    slot_drops: Mutex<HashMap<String, tokio::task::JoinHandle<()>>>,
 }
 
 impl CdcTables {
@@ -51,10 +54,20 @@ impl CdcTables {
         self.tasks.lock().insert(table.to_string(), stop)
     }
 
-    /// Stops a table's task, if it has one.
-    pub(super) fn stop_task(&self, table: &str) {
-        if let Some(stop) = self.tasks.lock().remove(table) {
+    /// Stops a table's task; whether it had one.
+    pub(super) fn stop_task(&self, table: &str) -> bool {
+        let stop = self.tasks.lock().remove(table);
+        if let Some(stop) = &stop {
             stop.send_replace(true);
+        }
+        stop.is_some()
+    }
+
+    /// Waits until no drop of replication slot `slot` is under way.
+    async fn wait_for_slot_drop(&self, slot: &str) {
+        let pending = self.slot_drops.lock().remove(slot);
+        if let Some(pending) = pending {
+            let _ = pending.await;
         }
     }
 }
@@ -103,17 +116,26 @@ pub(super) async fn create(engine: &Arc<Engine>, rel: &Relation) -> Result<()> {
         ));
     }
     let spec = CdcSpec::from_options(&rel.options, &rel.name)?;
+    engine.cdc.wait_for_slot_drop(&spec.slot).await;
     let client = spec.connect().await?;
     let columns: Vec<String> = rel.columns.iter().map(|c| c.name.clone()).collect();
-    spec.prepare(&client, &columns).await?;
+    let made_slot = spec.prepare(&client, &columns).await?;
     let table = engine.schema_provider.state_table_for(rel)?;
     // The slot exists before the copy starts: a change committed meanwhile is in both,
     // and applying it again leaves the same row.
-    spec.snapshot(&client, &columns, SNAPSHOT_BATCH_ROWS, |rows| {
-        table.upsert(&text_rows_to_batch(&table, &rows)?)?;
-        Ok(())
-    })
-    .await?;
+    let copied = spec
+        .snapshot(&client, &columns, SNAPSHOT_BATCH_ROWS, |rows| {
+            table.upsert(&text_rows_to_batch(&table, &rows)?)?;
+            Ok(())
+        })
+        .await;
+    if let Err(e) = copied {
+        // The table is not created: a slot made for it would hold WAL forever.
+        if made_slot {
+            spec.drop_slot().await;
+        }
+        return Err(e);
+    }
     start(engine, rel, spec);
     Ok(())
 }
@@ -129,9 +151,11 @@ pub fn start_all(engine: &Arc<Engine>) -> Result<()> {
     Ok(())
 }
 
-/// Stops a dropped table's task and drops its replication slot.
+/// Stops a dropped table's task and drops its replication slot. A table whose `CREATE`
+/// failed has no task, and its slot (if the user named one that was there) is not ours
+/// to drop.
 pub(super) fn drop(engine: &Engine, rel: &Relation) -> Result<()> {
-    engine.cdc.stop_task(&rel.name);
+    let had_task = engine.cdc.stop_task(&rel.name);
     engine
         .checkpoints
         .remove_commit_hook(&format!("cdc:{}", rel.name));
@@ -139,8 +163,10 @@ pub(super) fn drop(engine: &Engine, rel: &Relation) -> Result<()> {
     engine
         .store
         .delete_range(&start.to_be_bytes(), &end.to_be_bytes())?;
-    if let Ok(spec) = CdcSpec::from_options(&rel.options, &rel.name) {
-        tokio::spawn(async move { spec.drop_slot().await });
+    if had_task && let Ok(spec) = CdcSpec::from_options(&rel.options, &rel.name) {
+        let slot = spec.slot.clone();
+        let dropping = tokio::spawn(async move { spec.drop_slot().await });
+        engine.cdc.slot_drops.lock().insert(slot, dropping);
     }
     Ok(())
 }
