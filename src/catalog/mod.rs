@@ -101,6 +101,20 @@ pub struct Relation {
     /// attached to another operator. Empty in catalogs written before it was recorded.
     #[serde(default)]
     pub state_layout: Vec<String>,
+    /// The order a materialized view's rows are read in without `ORDER BY`: its query's
+    /// own `ORDER BY`, where that names the view's columns (RisingWave stores such a
+    /// view in that order). Empty: key order.
+    #[serde(default)]
+    pub scan_order: Vec<ScanOrder>,
+}
+
+/// One column of a [`Relation::scan_order`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ScanOrder {
+    /// Index into the relation's columns.
+    pub column: usize,
+    pub descending: bool,
+    pub nulls_first: bool,
 }
 
 impl Relation {

@@ -146,11 +146,10 @@ impl SchemaProvider for CatalogSchemaProvider {
                 let table = self
                     .state_table_for(&rel)
                     .map_err(EddyError::into_datafusion)?;
-                Ok(Some(Arc::new(StoredTable::read_only(
-                    table,
-                    &rel.name,
-                    self.serving.clone(),
-                ))))
+                Ok(Some(Arc::new(
+                    StoredTable::read_only(table, &rel.name, self.serving.clone())
+                        .scan_order(rel.scan_order.clone()),
+                )))
             }
             RelationKind::Source => Ok(Some(Arc::new(SourceRelation {
                 name: rel.name.clone(),

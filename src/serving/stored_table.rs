@@ -3,9 +3,12 @@
 use crate::error::EddyError;
 use crate::state::state_table::ScannedBatch;
 use crate::state::{StateTable, Transaction};
-use arrow::array::{ArrayRef, BooleanArray, RecordBatch, UInt64Array};
-use arrow::compute::{and, cast, filter_record_batch};
+use arrow::array::{ArrayRef, BooleanArray, RecordBatch, UInt32Array, UInt64Array};
+use arrow::compute::{
+    SortOptions, and, cast, concat_batches, filter_record_batch, take_record_batch,
+};
 use arrow::datatypes::{DataType, Field, Schema, SchemaRef};
+use arrow::row::{RowConverter, SortField};
 use async_trait::async_trait;
 use datafusion::catalog::{Session, TableProvider};
 use datafusion::common::{DFSchema, Result as DFResult};
@@ -34,6 +37,8 @@ pub struct StoredTable {
     append_only: Option<String>,
     /// What an `INSERT` of a stored primary key does.
     on_conflict: crate::state::OnConflict,
+    /// For materialized views whose query ends in `ORDER BY`: the order a scan returns.
+    scan_order: Vec<crate::catalog::ScanOrder>,
 }
 
 impl std::fmt::Debug for StateTable {
@@ -52,6 +57,7 @@ impl StoredTable {
             serving: None,
             append_only: None,
             on_conflict: Default::default(),
+            scan_order: vec![],
         }
     }
 
@@ -90,7 +96,45 @@ impl StoredTable {
             serving: Some(serving),
             append_only: None,
             on_conflict: Default::default(),
+            scan_order: vec![],
         }
+    }
+
+    /// Scans return the rows in `order` (a view's `ORDER BY`), ties in key order.
+    pub fn scan_order(mut self, order: Vec<crate::catalog::ScanOrder>) -> Self {
+        self.scan_order = order;
+        self
+    }
+
+    /// The rows of `batches` sorted by [`StoredTable::scan_order`] (a stable sort, so
+    /// rows that tie stay in key order).
+    fn sorted(&self, batches: Vec<RecordBatch>) -> DFResult<Vec<RecordBatch>> {
+        if self.scan_order.is_empty() || batches.is_empty() {
+            return Ok(batches);
+        }
+        let all = concat_batches(self.table.schema(), &batches)?;
+        let fields = self
+            .scan_order
+            .iter()
+            .map(|o| {
+                SortField::new_with_options(
+                    all.schema().field(o.column).data_type().clone(),
+                    SortOptions {
+                        descending: o.descending,
+                        nulls_first: o.nulls_first,
+                    },
+                )
+            })
+            .collect();
+        let columns: Vec<ArrayRef> = self
+            .scan_order
+            .iter()
+            .map(|o| all.column(o.column).clone())
+            .collect();
+        let rows = RowConverter::new(fields)?.convert_columns(&columns)?;
+        let mut indices: Vec<u32> = (0..all.num_rows() as u32).collect();
+        indices.sort_by(|a, b| rows.row(*a as usize).cmp(&rows.row(*b as usize)));
+        Ok(vec![take_record_batch(&all, &UInt32Array::from(indices))?])
     }
 
     fn check_writable(&self) -> DFResult<()> {
@@ -222,6 +266,7 @@ impl TableProvider for StoredTable {
             .into_iter()
             .map(|s| s.batch)
             .collect();
+        let batches = self.sorted(batches)?;
         Ok(MemorySourceConfig::try_new_exec(
             &[batches],
             self.schema(),

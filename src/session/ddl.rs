@@ -126,6 +126,7 @@ pub(super) async fn create_table(
         parallelism: None,
         emit_on_window_close: false,
         state_layout: vec![],
+        scan_order: vec![],
     };
     if let Some(extras) = extras {
         if let Some((column, expression)) = &extras.watermark {
@@ -384,6 +385,7 @@ pub(super) async fn create_view(session: &Session, view: CreateView) -> Result<O
         parallelism: None,
         emit_on_window_close: false,
         state_layout: vec![],
+        scan_order: vec![],
     })?;
     Ok(Outcome::command("CREATE VIEW"))
 }

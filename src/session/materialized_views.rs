@@ -191,6 +191,7 @@ pub(super) async fn create(
         column.hidden = true;
     }
     let depends_on = dependencies(engine, &query_sql, &plan)?;
+    let scan_order = super::scan_order::of_query(&query, &columns);
     let rel = engine.catalog.create_relation(Relation {
         id: 0,
         name: name.clone(),
@@ -204,6 +205,7 @@ pub(super) async fn create(
         parallelism: session.chosen_streaming_parallelism()?,
         emit_on_window_close,
         state_layout: graph.state_layout()?,
+        scan_order,
     })?;
     let table = engine.schema_provider.state_table_for(&rel)?;
     start_job(engine, &rel, &graph, JobOutput::View(table), false).await?;

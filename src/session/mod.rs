@@ -24,6 +24,7 @@ mod numeric_division;
 mod pg_semantics;
 mod regexp;
 mod scalar_subqueries;
+mod scan_order;
 mod session_windows;
 pub mod set_operations;
 mod show;

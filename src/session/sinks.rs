@@ -43,6 +43,7 @@ pub(super) async fn create(session: &Session, sink: CreateSink) -> Result<Outcom
         parallelism: session.chosen_streaming_parallelism()?,
         emit_on_window_close: false,
         state_layout: graph.state_layout()?,
+        scan_order: vec![],
     };
     // Options, and the target itself, are checked before anything is created.
     job_output(engine, &rel, &graph, true).await?;

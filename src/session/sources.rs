@@ -38,6 +38,7 @@ pub(super) fn create_source(session: &Session, create: CreateSource) -> Result<O
         parallelism: None,
         emit_on_window_close: false,
         state_layout: vec![],
+        scan_order: vec![],
     };
     if let Some(derived) = avro_value_columns(&create)? {
         // The value's fields first, then the INCLUDE columns declared.

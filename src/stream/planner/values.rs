@@ -73,6 +73,7 @@ fn constant_rows(rows: RecordBatch) -> Node {
             parallelism: None,
             emit_on_window_close: false,
             state_layout: vec![],
+            scan_order: vec![],
         },
         spec: ConnectorSpec::Values(ValuesSpec { rows }),
         projection: None,
