@@ -130,7 +130,9 @@ pub(super) async fn create_table(
     };
     if let Some(extras) = extras {
         if let Some((column, expression)) = &extras.watermark {
-            rel.watermark = Some(super::sources::watermark_spec(&rel, column, expression)?);
+            rel.watermark = Some(super::sources::watermark_spec(
+                session, &rel, column, expression,
+            )?);
         }
         if extras.append_only {
             rel.options.insert("append_only".into(), "true".into());

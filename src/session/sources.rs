@@ -6,11 +6,14 @@
 
 use super::ddl::columns_from_defs;
 use super::{Outcome, Session, text_rows};
+use crate::catalog::SqlType;
 use crate::catalog::{Relation, RelationKind, WatermarkSpec};
 use crate::connectors::ConnectorSpec;
 use crate::error::{EddyError, Result, sqlstate};
 use crate::sql::CreateSource;
-use arrow::datatypes::DataType;
+use arrow::datatypes::{DataType, Field};
+use datafusion::common::DFSchema;
+use datafusion::logical_expr::ExprSchemable;
 use datafusion::sql::sqlparser::dialect::PostgreSqlDialect;
 use datafusion::sql::sqlparser::parser::Parser;
 
@@ -47,7 +50,7 @@ pub(super) fn create_source(session: &Session, create: CreateSource) -> Result<O
         rel.columns = columns;
     }
     if let Some((column, expression)) = &create.watermark {
-        rel.watermark = Some(watermark_spec(&rel, column, expression)?);
+        rel.watermark = Some(watermark_spec(session, &rel, column, expression)?);
     }
     if !create.proctime_columns.is_empty() {
         for name in &create.proctime_columns {
@@ -205,9 +208,10 @@ fn avro_value_columns(create: &CreateSource) -> Result<Option<Vec<crate::catalog
     Ok(None)
 }
 
-/// Checks `WATERMARK FOR column AS expression` of a source or table: the column exists
-/// and is a timestamp, the expression parses.
+/// Checks `WATERMARK FOR column AS expression` of a source or table: the column exists,
+/// the expression is of the column's type, and that is a timestamp.
 pub(super) fn watermark_spec(
+    session: &Session,
     rel: &Relation,
     column: &str,
     expression: &str,
@@ -226,16 +230,37 @@ pub(super) fn watermark_spec(
                 ),
             )
         })?;
+    Parser::new(&PostgreSqlDialect {})
+        .try_with_sql(expression)
+        .and_then(|mut p| p.parse_expr())
+        .map_err(|e| EddyError::syntax(format!("invalid watermark expression: {e}")))?;
+    let schema = DFSchema::try_from(rel.arrow_schema().as_ref().clone())?;
+    let planned = session
+        .engine
+        .ctx
+        .state()
+        .create_logical_expr(expression, &schema)?;
+    let returned = SqlType::from_arrow(&Field::new("", planned.get_type(&schema)?, true));
+    // Compared by SQL type, so a time zone spelled another way or another precision of
+    // the same timestamp type still matches.
+    if returned.pg_name() != field.sql_type.pg_name() {
+        return Err(EddyError::new(
+            sqlstate::DATATYPE_MISMATCH,
+            format!(
+                "The return value type of the watermark expression must be identical to the \
+                 watermark column data type. Current data type of watermark return value: \
+                 `{}`, column `{}`",
+                returned.pg_name(),
+                field.sql_type.pg_name()
+            ),
+        ));
+    }
     if !matches!(field.sql_type.to_arrow(), DataType::Timestamp(..)) {
         return Err(EddyError::new(
             sqlstate::DATATYPE_MISMATCH,
             format!("watermark column \"{column}\" must be a timestamp or timestamptz"),
         ));
     }
-    Parser::new(&PostgreSqlDialect {})
-        .try_with_sql(expression)
-        .and_then(|mut p| p.parse_expr())
-        .map_err(|e| EddyError::syntax(format!("invalid watermark expression: {e}")))?;
     Ok(WatermarkSpec {
         column: column.to_string(),
         expression: expression.to_string(),
