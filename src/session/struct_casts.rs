@@ -3,7 +3,8 @@
 //! `c0`, `c1` to DataFusion) into a `struct<a int, b int>` column. DataFusion only casts
 //! structs whose field names match, so this analyzer rule turns any other struct cast
 //! into [`CAST_BY_POSITION`], which casts with Arrow's kernel (by position when names
-//! differ).
+//! differ). A struct cast to text is PostgreSQL's record output, `(1,"a b")`
+//! ([`STRUCT_TO_TEXT`]; Arrow has no such cast).
 
 use arrow::datatypes::{DataType, FieldRef};
 use datafusion::common::config::ConfigOptions;
@@ -29,6 +30,14 @@ pub fn udf() -> Arc<ScalarUDF> {
     UDF.clone()
 }
 
+pub const STRUCT_TO_TEXT: &str = "eddy_struct_to_text";
+
+static TO_TEXT_UDF: LazyLock<Arc<ScalarUDF>> = LazyLock::new(|| {
+    Arc::new(ScalarUDF::new_from_impl(StructToText {
+        signature: Signature::any(1, Volatility::Immutable),
+    }))
+});
+
 #[derive(Debug, Default)]
 pub struct StructCasts;
 
@@ -49,6 +58,22 @@ fn by_position(expr: Expr, schema: &DFSchema) -> Result<Transformed<Expr>> {
     let Ok(source) = inner.get_type(schema) else {
         return Ok(Transformed::no(expr));
     };
+    if matches!(source, DataType::Struct(_))
+        && matches!(
+            field.data_type(),
+            DataType::Utf8 | DataType::Utf8View | DataType::LargeUtf8
+        )
+    {
+        let text = Expr::ScalarFunction(ScalarFunction::new_udf(
+            TO_TEXT_UDF.clone(),
+            vec![inner.as_ref().clone()],
+        ));
+        return Ok(Transformed::yes(if field.data_type() == &DataType::Utf8 {
+            text
+        } else {
+            Expr::Cast(Cast::new(Box::new(text), field.data_type().clone()))
+        }));
+    }
     if !names_differ(&source, field.data_type()) {
         return Ok(Transformed::no(expr));
     }
@@ -105,5 +130,33 @@ impl ScalarUDFImpl for CastByPosition {
         let target = args.return_field.data_type().clone();
         let value = args.args[0].to_array(args.number_rows)?;
         Ok(ColumnarValue::Array(arrow::compute::cast(&value, &target)?))
+    }
+}
+
+/// `eddy_struct_to_text(record)`: each value as PostgreSQL prints a record (NULL stays
+/// NULL).
+#[derive(Debug, PartialEq, Eq, Hash)]
+struct StructToText {
+    signature: Signature,
+}
+
+impl ScalarUDFImpl for StructToText {
+    fn name(&self) -> &str {
+        STRUCT_TO_TEXT
+    }
+
+    fn signature(&self) -> &Signature {
+        &self.signature
+    }
+
+    fn return_type(&self, _args: &[DataType]) -> Result<DataType> {
+        Ok(DataType::Utf8)
+    }
+
+    fn invoke_with_args(&self, args: ScalarFunctionArgs) -> Result<ColumnarValue> {
+        let value = args.args[0].to_array(args.number_rows)?;
+        let text = crate::server::encode::text_column(&value)
+            .map_err(crate::error::EddyError::into_datafusion)?;
+        Ok(ColumnarValue::Array(Arc::new(text)))
     }
 }
