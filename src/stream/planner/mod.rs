@@ -1246,11 +1246,6 @@ fn join_node(
                 kind.sql_name()
             )));
         }
-        if left.keyed() {
-            return Err(unsupported(
-                "a temporal join whose stream side can update or delete (it must be append-only)",
-            ));
-        }
         if join.on.is_empty() {
             return Err(unsupported(
                 "a temporal join without an equality on the table's columns",

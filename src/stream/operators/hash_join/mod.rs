@@ -107,8 +107,10 @@ pub struct JoinSpec {
     /// NULL keys match each other (`IS NOT DISTINCT FROM`), not SQL's `=`.
     pub nulls_equal: bool,
     /// A temporal (lookup) join: each left row is joined with the right side's rows of
-    /// the moment and not kept; right-side changes update the lookup state and emit
-    /// nothing (earlier output is never retracted). The left input is append-only.
+    /// the moment; right-side changes update the lookup state and emit nothing (earlier
+    /// output is never retracted). An append-only left input keeps no state; an updating
+    /// one keeps, per row, the table rows it was joined with, so that its delete
+    /// retracts exactly what its insert emitted.
     pub temporal: bool,
     /// Per side, how its rows expire as the other side's watermark passes (both inputs
     /// append-only).
@@ -122,7 +124,7 @@ impl JoinSpec {
     /// inputs can retract.
     pub fn output_keyed(&self) -> bool {
         if self.temporal {
-            // Rows are emitted once, never retracted.
+            // Table changes retract nothing: only an updating stream side's deletes do.
             return self.keyed_inputs[0];
         }
         self.kind != JoinKind::Inner || self.keyed_inputs.iter().any(|k| *k)
@@ -265,7 +267,42 @@ impl HashJoin {
         ))
     }
 
+    /// A temporal join's table side: its changes update the rows looked up and emit
+    /// nothing.
+    fn update_lookup_rows(&mut self, chunk: StreamChunk) -> Result<Vec<StreamChunk>> {
+        let (join_keys, has_null) = self.join_keys(1, &chunk.batch)?;
+        self.sides[1].load(&join_keys)?;
+        let rows = self.row_codecs[1].convert_columns(chunk.batch.columns())?;
+        let table = &mut self.sides[1];
+        for (row, join_key) in join_keys.iter().enumerate() {
+            if has_null[row] {
+                continue; // never looked up
+            }
+            let row_bytes = rows.row(row);
+            let inserting = chunk.ops[row].is_insert();
+            let id: Box<[u8]> = match &chunk.keys {
+                Some(keys) => keys[row].as_slice().into(),
+                None if inserting => table.next_id(join_key),
+                None => match table.find_row(join_key, row_bytes.as_ref()) {
+                    Some(id) => id,
+                    None => continue,
+                },
+            };
+            if inserting {
+                let row = row_bytes.as_ref().into();
+                table.insert(join_key, id, Entry { row, degree: 0 });
+            } else {
+                table.remove(join_key, &id);
+            }
+        }
+        self.sides[1].report();
+        Ok(vec![])
+    }
+
     fn process_side(&mut self, side: usize, chunk: StreamChunk) -> Result<Vec<StreamChunk>> {
+        if self.spec.temporal && side == 1 {
+            return self.update_lookup_rows(chunk);
+        }
         let other = 1 - side;
         let batch = &chunk.batch;
         let (join_keys, has_null) = self.join_keys(side, batch)?;
@@ -322,6 +359,45 @@ impl HashJoin {
                     None => continue, // deleting a row never stored
                 },
             };
+            if self.spec.temporal && chunk.keys.is_some() {
+                // An updating stream row of a temporal join: its insert records the table
+                // rows it was joined with, its delete retracts those same rows.
+                let joined: Vec<(Box<[u8]>, Box<[u8]>)> = if inserting {
+                    let rows = theirs.rows_of(join_key);
+                    matched
+                        .iter()
+                        .map(|their_id| {
+                            let stored = rows
+                                .and_then(|r| r.rows.get(their_id))
+                                .expect("matched rows are stored");
+                            (their_id.clone(), stored.row.clone())
+                        })
+                        .collect()
+                } else {
+                    match mine.remove(join_key, &id) {
+                        Some(entry) => decode_joined(&entry.row)?,
+                        None => continue, // never held: nothing of it was emitted
+                    }
+                };
+                let op = if inserting { Op::Insert } else { Op::Delete };
+                for (their_id, their_row) in &joined {
+                    let their_row = out.stored_row(their_row);
+                    out.push(
+                        op,
+                        join_key,
+                        Some((&id, row as u32)),
+                        Some((their_id, their_row)),
+                    );
+                }
+                if joined.is_empty() && keeps_mine {
+                    out.push(op, join_key, Some((&id, row as u32)), None);
+                }
+                if inserting {
+                    let row = encode_joined(&joined);
+                    mine.insert(join_key, id, Entry { row, degree: 0 });
+                }
+                continue;
+            }
             if !inserting && mine.remove(join_key, &id).is_none() {
                 // A delete of a row this side never held: nothing of it was emitted.
                 continue;
@@ -537,6 +613,39 @@ impl Output {
             keys: self.keyed.then_some(self.keys),
         }])
     }
+}
+
+/// The table rows an updating stream row of a temporal join was joined with, as its
+/// state entry: `(id, row)` pairs, each part length-prefixed.
+fn encode_joined(joined: &[(Box<[u8]>, Box<[u8]>)]) -> Box<[u8]> {
+    let mut bytes = Vec::new();
+    for (id, row) in joined {
+        for part in [id, row] {
+            bytes.extend_from_slice(&(part.len() as u32).to_le_bytes());
+            bytes.extend_from_slice(part);
+        }
+    }
+    bytes.into()
+}
+
+fn decode_joined(mut bytes: &[u8]) -> Result<Vec<(Box<[u8]>, Box<[u8]>)>> {
+    let corrupt = || EddyError::internal("a temporal join's state entry is corrupt");
+    let part = |bytes: &mut &[u8]| -> Result<Box<[u8]>> {
+        let len = bytes
+            .get(..4)
+            .map(|l| u32::from_le_bytes(l.try_into().expect("4 bytes")) as usize)
+            .ok_or_else(corrupt)?;
+        let value = bytes.get(4..4 + len).ok_or_else(corrupt)?.into();
+        *bytes = &bytes[4 + len..];
+        Ok(value)
+    };
+    let mut joined = Vec::new();
+    while !bytes.is_empty() {
+        let id = part(&mut bytes)?;
+        let row = part(&mut bytes)?;
+        joined.push((id, row));
+    }
+    Ok(joined)
 }
 
 /// A joined row's stream key: its join key and the ids of its two rows (a missing side

@@ -399,6 +399,70 @@ fn temporal_join_looks_up_the_table_and_never_retracts() {
 }
 
 #[test]
+fn temporal_join_with_an_updating_stream_retracts_what_it_joined() {
+    let mut spec = spec(JoinKind::Left, false, false);
+    spec.temporal = true;
+    spec.keyed_inputs = [true, true];
+    assert!(spec.output_keyed());
+    let mut h = harness(spec);
+    let mut view = Materialized::default();
+    let row = |op, id, k: i64, s: &str| (op, (id, Some(k), s.to_string()));
+    h.push(1, side_chunk(1, true, &[row(Op::Insert, 10, 5, "x")]));
+    h.barrier();
+    let out = h.push(0, side_chunk(0, true, &[row(Op::Insert, 1, 5, "a")]));
+    assert_eq!(rows_text(&out), vec!["+ 1, 5, a, 10, 5, x"]);
+    view.apply(&out);
+    // The table row changes: nothing is emitted, and the stream row's delete retracts
+    // the row it was joined with then, not the table's row of now.
+    let update = [
+        row(Op::UpdateDelete, 10, 5, "x"),
+        row(Op::UpdateInsert, 10, 5, "y"),
+    ];
+    assert!(h.push(1, side_chunk(1, true, &update)).is_empty());
+    let out = h.push(
+        0,
+        side_chunk(
+            0,
+            true,
+            &[
+                row(Op::UpdateDelete, 1, 5, "a"),
+                row(Op::UpdateInsert, 1, 5, "b"),
+            ],
+        ),
+    );
+    assert_eq!(
+        rows_text(&out),
+        vec!["- 1, 5, a, 10, 5, x", "+ 1, 5, b, 10, 5, y"]
+    );
+    view.apply(&out);
+    assert_eq!(view.rows(), vec!["1, 5, b, 10, 5, y"]);
+    // Unmatched rows are NULL-padded and retracted alike, across a checkpoint.
+    let out = h.push(0, side_chunk(0, true, &[row(Op::Insert, 2, 6, "c")]));
+    view.apply(&out);
+    h.barrier();
+    h.restart();
+    // After a restart stream rows wait for the first barrier (the table's rows first).
+    assert!(
+        h.push(0, side_chunk(0, true, &[row(Op::Delete, 2, 6, "c")]))
+            .is_empty()
+    );
+    let out = h.barrier();
+    assert_eq!(rows_text(&out), vec!["- 2, 6, c, NULL, NULL, NULL"]);
+    view.apply(&out);
+    assert_eq!(view.rows(), vec!["1, 5, b, 10, 5, y"]);
+    // The restored state still retracts what was joined before the restart.
+    let out = h.push(0, side_chunk(0, true, &[row(Op::Delete, 1, 5, "b")]));
+    assert_eq!(rows_text(&out), vec!["- 1, 5, b, 10, 5, y"]);
+    view.apply(&out);
+    assert!(view.rows().is_empty());
+    // A delete of a row never seen emits nothing.
+    assert!(
+        h.push(0, side_chunk(0, true, &[row(Op::Delete, 7, 5, "z")]))
+            .is_empty()
+    );
+}
+
+#[test]
 fn rows_expire_when_the_other_sides_watermark_passes_their_bound() {
     use crate::stream::operators::hash_join::cleanup::StateCleanup;
     // Left rows match right rows whose id is at most the left id + 5.
