@@ -362,7 +362,7 @@ impl HashJoin {
             if self.spec.temporal && chunk.keys.is_some() {
                 // An updating stream row of a temporal join: its insert records the table
                 // rows it was joined with, its delete retracts those same rows.
-                let joined: Vec<(Box<[u8]>, Box<[u8]>)> = if inserting {
+                let joined: Vec<JoinedRow> = if inserting {
                     let rows = theirs.rows_of(join_key);
                     matched
                         .iter()
@@ -615,9 +615,12 @@ impl Output {
     }
 }
 
+/// A table row a temporal join's stream row was joined with: its id and its encoded row.
+type JoinedRow = (Box<[u8]>, Box<[u8]>);
+
 /// The table rows an updating stream row of a temporal join was joined with, as its
 /// state entry: `(id, row)` pairs, each part length-prefixed.
-fn encode_joined(joined: &[(Box<[u8]>, Box<[u8]>)]) -> Box<[u8]> {
+fn encode_joined(joined: &[JoinedRow]) -> Box<[u8]> {
     let mut bytes = Vec::new();
     for (id, row) in joined {
         for part in [id, row] {
@@ -628,7 +631,7 @@ fn encode_joined(joined: &[(Box<[u8]>, Box<[u8]>)]) -> Box<[u8]> {
     bytes.into()
 }
 
-fn decode_joined(mut bytes: &[u8]) -> Result<Vec<(Box<[u8]>, Box<[u8]>)>> {
+fn decode_joined(mut bytes: &[u8]) -> Result<Vec<JoinedRow>> {
     let corrupt = || EddyError::internal("a temporal join's state entry is corrupt");
     let part = |bytes: &mut &[u8]| -> Result<Box<[u8]>> {
         let len = bytes
