@@ -39,6 +39,9 @@ pub enum RelationKind {
     MaterializedView,
     /// A query whose output leaves Eddy (`CREATE SINK`); not readable with `SELECT`.
     Sink,
+    /// `CREATE INDEX` on a table or materialized view: a catalog entry only
+    /// (`session::indexes`), dropped with its relation.
+    Index,
 }
 
 impl RelationKind {
@@ -49,6 +52,7 @@ impl RelationKind {
             RelationKind::Source => "source",
             RelationKind::MaterializedView => "materialized view",
             RelationKind::Sink => "sink",
+            RelationKind::Index => "index",
         }
     }
 }
@@ -314,10 +318,15 @@ impl Catalog {
             .get(name)
             .cloned()
             .ok_or_else(|| EddyError::undefined_table(name))?;
-        if let Some(dependent) = state
+        let mut dependents = state
             .relations
             .values()
-            .find(|r| r.depends_on.contains(&rel.id))
+            .filter(|r| r.depends_on.contains(&rel.id));
+        // Name what keeps it (an index would go with it).
+        if let Some(dependent) = dependents
+            .clone()
+            .find(|r| r.kind != RelationKind::Index)
+            .or_else(|| dependents.next())
         {
             return Err(EddyError::new(
                 sqlstate::DEPENDENT_OBJECTS_STILL_EXIST,

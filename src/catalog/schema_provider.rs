@@ -116,7 +116,7 @@ impl SchemaProvider for CatalogSchemaProvider {
         self.catalog
             .relations()
             .into_iter()
-            .filter(|r| r.kind != RelationKind::Sink)
+            .filter(|r| !matches!(r.kind, RelationKind::Sink | RelationKind::Index))
             .map(|r| r.name)
             .collect()
     }
@@ -126,7 +126,7 @@ impl SchemaProvider for CatalogSchemaProvider {
             return Ok(None);
         };
         match rel.kind {
-            RelationKind::Sink => Ok(None),
+            RelationKind::Sink | RelationKind::Index => Ok(None),
             RelationKind::Table => {
                 let table = self
                     .state_table_for(&rel)
@@ -165,7 +165,7 @@ impl SchemaProvider for CatalogSchemaProvider {
     fn table_exist(&self, name: &str) -> bool {
         self.catalog
             .get(name)
-            .is_some_and(|r| r.kind != RelationKind::Sink)
+            .is_some_and(|r| !matches!(r.kind, RelationKind::Sink | RelationKind::Index))
     }
 }
 

@@ -423,6 +423,7 @@ pub(super) async fn drop(
     let (kind, tag) = match object_type {
         ObjectType::Table => (RelationKind::Table, "DROP TABLE"),
         ObjectType::View => (RelationKind::View, "DROP VIEW"),
+        ObjectType::Index => (RelationKind::Index, "DROP INDEX"),
         other => {
             return Err(EddyError::not_supported(format!(
                 "DROP {other} is not supported"

@@ -15,6 +15,19 @@ pub(super) fn drop_relation(engine: &Engine, rel: &Relation, cascade: bool) -> R
         for dependent in dependents_of(engine, rel.id) {
             drop_one(engine, &dependent)?;
         }
+    } else {
+        // Its indexes go with a table or view (as in PostgreSQL and RisingWave), once
+        // nothing else depends on it.
+        let relations = engine.catalog.relations();
+        let dependents: Vec<&Relation> = relations
+            .iter()
+            .filter(|r| r.depends_on.contains(&rel.id))
+            .collect();
+        if dependents.iter().all(|r| r.kind == RelationKind::Index) {
+            for index in dependents {
+                drop_one(engine, index)?;
+            }
+        }
     }
     drop_one(engine, rel)
 }

@@ -17,6 +17,7 @@ mod failover;
 mod float_extremes;
 pub mod functions;
 mod hidden_columns;
+mod indexes;
 mod interval_arithmetic;
 pub mod kafka_tables;
 pub mod materialized_views;
@@ -704,6 +705,7 @@ impl Session {
                 materialized_views::explain(self, &view, false).await
             }
             Statement::CreateView(view) => ddl::create_view(self, view).await,
+            Statement::CreateIndex(create) => indexes::create(self, create),
             Statement::Drop {
                 object_type: ast::ObjectType::MaterializedView,
                 if_exists,

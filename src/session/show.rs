@@ -207,7 +207,7 @@ pub(super) fn show_create(session: &Session, kind: &str, name: &str) -> Result<O
                 options.join(", ")
             )
         }
-        RelationKind::Table | RelationKind::Source => rel.definition.clone(),
+        RelationKind::Table | RelationKind::Source | RelationKind::Index => rel.definition.clone(),
     };
     let schema = Arc::new(Schema::new(vec![
         Field::new("Name", DataType::Utf8, false),

@@ -268,7 +268,7 @@ fn parse_show_create(sql: &str) -> Option<Result<EddyStatement>> {
     }
     let (kind, at) = if is_word(tokens.get(2), "materialized") && is_word(tokens.get(3), "view") {
         ("materialized view", 4)
-    } else if ["table", "view", "source", "sink"]
+    } else if ["table", "view", "source", "sink", "index"]
         .iter()
         .any(|k| is_word(tokens.get(2), k))
     {
@@ -278,6 +278,7 @@ fn parse_show_create(sql: &str) -> Option<Result<EddyStatement>> {
                     "table" => "table",
                     "view" => "view",
                     "source" => "source",
+                    "index" => "index",
                     _ => "sink",
                 },
                 3,
