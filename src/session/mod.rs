@@ -11,6 +11,7 @@ pub mod cdc;
 mod client_queries;
 mod column_names;
 mod copy;
+mod corresponding;
 mod ddl;
 pub mod drop;
 mod failover;
@@ -305,7 +306,11 @@ impl Engine {
             .map_err(|e| EddyError::syntax(e.to_string().replace("sql parser error: ", "")))?;
         sql_rewrite::restore_select_list_subqueries(sql, &mut statements);
         statements.iter_mut().for_each(sql_rewrite::rewrite);
+        let corresponding = corresponding::mentioned(sql);
         for statement in statements.iter_mut() {
+            if corresponding {
+                corresponding::rewrite(statement, &self.catalog)?;
+            }
             hidden_columns::expand_stars(statement, &self.catalog);
         }
         Ok(statements)

@@ -4,10 +4,13 @@
 //!
 //! - [`windows`]: Flink's `TABLE(TUMBLE(TABLE t, DESCRIPTOR(ts), ...))` window calls.
 //! - [`temporal`]: `t FOR SYSTEM_TIME AS OF PROCTIME()`, a temporal (lookup) join's table.
+//! - [`corresponding`]: `UNION CORRESPONDING [BY (...)]` (and `INTERSECT`, `EXCEPT`).
 
+mod corresponding;
 mod temporal;
 mod windows;
 
+pub use corresponding::CORRESPONDING_MARKER;
 pub use windows::{FLINK_CUMULATE, FLINK_HOP, FLINK_SESSION, FLINK_TUMBLE};
 
 use crate::error::Result;
@@ -28,6 +31,9 @@ pub fn rewrite(sql: &str) -> Result<Option<String>> {
     }
     if upper.contains("SYSTEM_TIME") {
         rewrites.push(temporal::for_system_time);
+    }
+    if upper.contains("CORRESPONDING") {
+        rewrites.push(corresponding::corresponding);
     }
     if rewrites.is_empty() {
         return Ok(None);
