@@ -35,6 +35,7 @@ mod sources;
 pub mod sql_rewrite;
 mod string_agg_by_row;
 mod struct_casts;
+mod struct_star;
 mod system_params;
 mod time_literals;
 mod to_char;
@@ -307,9 +308,13 @@ impl Engine {
         sql_rewrite::restore_select_list_subqueries(sql, &mut statements);
         statements.iter_mut().for_each(sql_rewrite::rewrite);
         let corresponding = corresponding::mentioned(sql);
+        let struct_star = struct_star::mentioned(sql);
         for statement in statements.iter_mut() {
             if corresponding {
                 corresponding::rewrite(statement, &self.catalog)?;
+            }
+            if struct_star {
+                struct_star::expand(statement, &self.catalog)?;
             }
             hidden_columns::expand_stars(statement, &self.catalog);
         }

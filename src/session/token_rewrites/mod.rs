@@ -5,19 +5,22 @@
 //! - [`windows`]: Flink's `TABLE(TUMBLE(TABLE t, DESCRIPTOR(ts), ...))` window calls.
 //! - [`temporal`]: `t FOR SYSTEM_TIME AS OF PROCTIME()`, a temporal (lookup) join's table.
 //! - [`corresponding`]: `UNION CORRESPONDING [BY (...)]` (and `INTERSECT`, `EXCEPT`).
+//! - [`struct_star`]: `(v).*`, every field of a struct.
 
 mod corresponding;
+mod struct_star;
 mod temporal;
 mod windows;
 
 pub use corresponding::CORRESPONDING_MARKER;
+pub use struct_star::STRUCT_STAR_MARKER;
 pub use windows::{FLINK_CUMULATE, FLINK_HOP, FLINK_SESSION, FLINK_TUMBLE};
 
 use crate::error::Result;
 use datafusion::sql::sqlparser::dialect::PostgreSqlDialect;
 use datafusion::sql::sqlparser::tokenizer::{Token, Tokenizer};
 
-/// A rewrite tried at each word: its replacement tokens and the index after what it
+/// A rewrite tried at each word and opening parenthesis: its replacement tokens and the index after what it
 /// replaced, or `None` when the tokens there are not its syntax.
 type Rewrite = fn(&[Token], usize) -> Result<Option<(Vec<Token>, usize)>>;
 
@@ -35,6 +38,9 @@ pub fn rewrite(sql: &str) -> Result<Option<String>> {
     if upper.contains("CORRESPONDING") {
         rewrites.push(corresponding::corresponding);
     }
+    if upper.contains(").*") {
+        rewrites.push(struct_star::struct_star);
+    }
     if rewrites.is_empty() {
         return Ok(None);
     }
@@ -45,7 +51,7 @@ pub fn rewrite(sql: &str) -> Result<Option<String>> {
     let mut i = 0;
     let mut changed = false;
     'tokens: while i < tokens.len() {
-        if matches!(tokens[i], Token::Word(_)) {
+        if matches!(tokens[i], Token::Word(_) | Token::LParen) {
             for rewrite in &rewrites {
                 if let Some((replacement, end)) = rewrite(&tokens, i)? {
                     out.extend(replacement);
