@@ -25,6 +25,7 @@ pub mod materialized_views;
 mod numeric_division;
 mod pg_semantics;
 mod regexp;
+mod round_places;
 mod scalar_subqueries;
 mod scan_order;
 mod session_windows;
@@ -169,7 +170,18 @@ impl Engine {
             // columns of `TIMESTAMPTZ` type are; without it DataFusion casts to a
             // timestamp without a zone.
             .set_str("datafusion.execution.time_zone", "+00:00");
-        let ctx = SessionContext::new_with_config(session_config);
+        // Eddy's analyzer rules that must see the plan before type coercion go first.
+        let default_state = SessionContext::new_with_config(session_config).state();
+        let mut analyzer_rules: Vec<Arc<dyn datafusion::optimizer::AnalyzerRule + Send + Sync>> =
+            vec![Arc::new(round_places::RoundPlaces)];
+        analyzer_rules.extend(default_state.analyzer().rules.iter().cloned());
+        let ctx = SessionContext::new_with_state(
+            datafusion::execution::session_state::SessionStateBuilder::new_from_existing(
+                default_state,
+            )
+            .with_analyzer_rules(analyzer_rules)
+            .build(),
+        );
         ctx.add_analyzer_rule(Arc::new(numeric_division::NumericDivision));
         ctx.add_analyzer_rule(Arc::new(time_literals::TimeLiterals));
         ctx.add_analyzer_rule(Arc::new(struct_casts::StructCasts));
