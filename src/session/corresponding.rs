@@ -19,12 +19,9 @@ use datafusion::sql::sqlparser::dialect::PostgreSqlDialect;
 use datafusion::sql::sqlparser::parser::Parser;
 use std::ops::ControlFlow;
 
-/// Whether a statement's text may hold a `CORRESPONDING` marker (any case).
+/// Whether a statement's text may hold the marker.
 pub fn mentioned(sql: &str) -> bool {
-    let marker = CORRESPONDING_MARKER.as_bytes();
-    sql.as_bytes()
-        .windows(marker.len())
-        .any(|w| w.eq_ignore_ascii_case(marker))
+    super::token_rewrites::mentions(sql, CORRESPONDING_MARKER)
 }
 
 /// Rewrites every `CORRESPONDING` set operation of `statement`.

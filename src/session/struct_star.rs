@@ -16,12 +16,9 @@ use datafusion::sql::sqlparser::dialect::PostgreSqlDialect;
 use datafusion::sql::sqlparser::parser::Parser;
 use std::ops::ControlFlow;
 
-/// Whether a statement's text may hold the marker (any case).
+/// Whether a statement's text may hold the marker.
 pub fn mentioned(sql: &str) -> bool {
-    let marker = STRUCT_STAR_MARKER.as_bytes();
-    sql.as_bytes()
-        .windows(marker.len())
-        .any(|w| w.eq_ignore_ascii_case(marker))
+    super::token_rewrites::mentions(sql, STRUCT_STAR_MARKER)
 }
 
 /// Expands every `(v).*` of `statement`'s select lists.
