@@ -123,6 +123,8 @@ pub struct S3Options {
 pub const DEFAULT_CHECKPOINTS_TO_KEEP: usize = 3;
 pub const DEFAULT_STATE_CACHE_MB: usize = 256;
 pub const DEFAULT_LISTEN: &str = "127.0.0.1:4566";
+/// The user a client that names none logs in as, and the superuser made at first start.
+pub const DEFAULT_USER: &str = "root";
 pub const DEFAULT_DATA_DIR: &str = "./eddy-data";
 pub const DEFAULT_SLOTS_PER_WORKER: usize = 4;
 

@@ -7,6 +7,7 @@ pub mod config;
 pub mod connectors;
 pub mod error;
 pub mod jsonb;
+pub mod pg_text;
 pub mod plan_helpers;
 pub mod server;
 pub mod serving;

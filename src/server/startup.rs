@@ -23,8 +23,7 @@ use std::collections::HashMap;
 use std::fmt::Debug;
 use std::sync::Arc;
 
-/// The user a connection runs as when the client names none.
-pub const DEFAULT_USER: &str = "root";
+pub use crate::config::DEFAULT_USER;
 
 pub struct EddyStartupHandler {
     engine: Arc<Engine>,

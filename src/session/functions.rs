@@ -39,7 +39,7 @@ pub fn register(ctx: &SessionContext) {
         Volatility::Stable,
         Arc::new(|_args: &[ColumnarValue]| {
             Ok(ColumnarValue::Scalar(ScalarValue::Utf8(Some(
-                crate::server::startup::DEFAULT_USER.to_string(),
+                crate::config::DEFAULT_USER.to_string(),
             ))))
         }),
     ));

@@ -155,7 +155,7 @@ impl ScalarUDFImpl for StructToText {
 
     fn invoke_with_args(&self, args: ScalarFunctionArgs) -> Result<ColumnarValue> {
         let value = args.args[0].to_array(args.number_rows)?;
-        let text = crate::server::encode::text_column(&value)
+        let text = crate::pg_text::text_column(&value)
             .map_err(crate::error::EddyError::into_datafusion)?;
         Ok(ColumnarValue::Array(Arc::new(text)))
     }

@@ -215,7 +215,7 @@ impl FileEncoder {
             .iter()
             .map(|c| {
                 Ok(if self.encoding.as_text(c.data_type()) {
-                    Arc::new(crate::server::encode::text_column(c)?) as ArrayRef
+                    Arc::new(crate::pg_text::text_column(c)?) as ArrayRef
                 } else {
                     c.clone()
                 })

@@ -298,7 +298,7 @@ impl SinkWriter for PostgresSinkWriter {
         let columns = batch
             .columns()
             .iter()
-            .map(crate::server::encode::text_column)
+            .map(crate::pg_text::text_column)
             .collect::<Result<Vec<_>>>()?;
         for row in 0..batch.num_rows() {
             let values = columns
