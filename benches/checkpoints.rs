@@ -21,7 +21,7 @@
 #[path = "../tests/common/mod.rs"]
 mod common;
 
-use common::TestServer;
+use common::{TestServer, query_number as number, query_rows as rows};
 use std::collections::BTreeMap;
 use std::path::Path;
 use std::time::{Duration, Instant};
@@ -31,32 +31,6 @@ fn env_number(name: &str, default: u64) -> u64 {
         .ok()
         .and_then(|v| v.parse().ok())
         .unwrap_or(default)
-}
-
-async fn rows(client: &tokio_postgres::Client, sql: &str) -> Vec<Vec<String>> {
-    client
-        .simple_query(sql)
-        .await
-        .unwrap_or_else(|e| panic!("{sql}: {e}"))
-        .into_iter()
-        .filter_map(|m| match m {
-            tokio_postgres::SimpleQueryMessage::Row(r) => Some(
-                (0..r.len())
-                    .map(|i| r.get(i).unwrap_or("").to_string())
-                    .collect(),
-            ),
-            _ => None,
-        })
-        .collect()
-}
-
-/// The first value of a one-row query as a number (0 when there is no row).
-async fn number(client: &tokio_postgres::Client, sql: &str) -> f64 {
-    rows(client, sql)
-        .await
-        .first()
-        .and_then(|r| r[0].parse().ok())
-        .unwrap_or(0.0)
 }
 
 /// Waits until the job `name` has read `expected` rows, runs a barrier (so a bounded

@@ -23,8 +23,8 @@
 #[path = "../tests/common/mod.rs"]
 mod common;
 
-use common::TestServer;
 use common::kafka::KafkaBroker;
+use common::{TestServer, query_number, query_rows};
 use rdkafka::config::ClientConfig;
 use rdkafka::consumer::{BaseConsumer, Consumer};
 use rdkafka::{Offset, TopicPartitionList};
@@ -95,28 +95,6 @@ fn read_messages(broker: &KafkaBroker, topic: &str, expected: u64, start: Instan
     start.elapsed()
 }
 
-/// The first column of each row of `sql`.
-async fn rows(client: &tokio_postgres::Client, sql: &str) -> Vec<String> {
-    client
-        .simple_query(sql)
-        .await
-        .unwrap_or_else(|e| panic!("{sql}: {e}"))
-        .into_iter()
-        .filter_map(|m| match m {
-            tokio_postgres::SimpleQueryMessage::Row(r) => r.get(0).map(str::to_string),
-            _ => None,
-        })
-        .collect()
-}
-
-async fn number(client: &tokio_postgres::Client, sql: &str) -> u64 {
-    rows(client, sql)
-        .await
-        .first()
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(0)
-}
-
 fn rate(events: u64, took: Duration) -> f64 {
     events as f64 / took.as_secs_f64()
 }
@@ -174,8 +152,8 @@ async fn main() {
         .await
         .unwrap();
     // Two jobs, each reading the topic: done when both views count every message.
-    while number(&client, "SELECT n FROM total").await < n
-        || number(&client, "SELECT sum(bids) FROM per_auction").await < n
+    while (query_number(&client, "SELECT n FROM total").await as u64) < n
+        || (query_number(&client, "SELECT sum(bids) FROM per_auction").await as u64) < n
     {
         tokio::time::sleep(Duration::from_millis(50)).await;
         assert!(start.elapsed() < Duration::from_secs(1800), "views stalled");
@@ -211,12 +189,12 @@ async fn main() {
         .unwrap();
     // The source ends after `n` rows, and the job finishes once its last barrier has
     // passed the sink, which waits for the broker to acknowledge every message.
-    while rows(
+    while query_rows(
         &client,
         "SELECT state FROM eddy_catalog.jobs WHERE name = 'bids_out'",
     )
     .await
-        != vec!["finished".to_string()]
+        != vec![vec!["finished".to_string()]]
     {
         tokio::time::sleep(Duration::from_millis(20)).await;
         assert!(start.elapsed() < Duration::from_secs(1800), "sink stalled");

@@ -122,6 +122,26 @@ pub struct ScanOrder {
 }
 
 impl Relation {
+    /// A relation of `kind` named `name` with every other field empty (no columns, keys,
+    /// options, dependencies); callers fill what they have with `..Relation::new(..)`.
+    pub fn new(name: impl Into<String>, kind: RelationKind) -> Self {
+        Self {
+            id: 0,
+            name: name.into(),
+            kind,
+            columns: vec![],
+            primary_key: vec![],
+            definition: String::new(),
+            depends_on: vec![],
+            options: Default::default(),
+            watermark: None,
+            parallelism: None,
+            emit_on_window_close: false,
+            state_layout: vec![],
+            scan_order: vec![],
+        }
+    }
+
     /// A table created `APPEND ONLY`: rows are only ever inserted.
     pub fn is_append_only(&self) -> bool {
         self.kind == RelationKind::Table

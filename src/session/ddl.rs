@@ -114,19 +114,10 @@ pub(super) async fn create_table(
     }
 
     let mut rel = Relation {
-        id: 0,
-        name,
-        kind: RelationKind::Table,
         columns,
         primary_key: pk_indices,
         definition: ast::Statement::CreateTable(create).to_string(),
-        depends_on: vec![],
-        options: Default::default(),
-        watermark: None,
-        parallelism: None,
-        emit_on_window_close: false,
-        state_layout: vec![],
-        scan_order: vec![],
+        ..Relation::new(name, RelationKind::Table)
     };
     if let Some(extras) = extras {
         if let Some((column, expression)) = &extras.watermark {
@@ -375,19 +366,10 @@ pub(super) async fn create_view(session: &Session, view: CreateView) -> Result<O
         catalog.drop_relation(&name)?;
     }
     catalog.create_relation(Relation {
-        id: 0,
-        name,
-        kind: RelationKind::View,
         columns,
-        primary_key: vec![],
         definition: query_sql,
         depends_on,
-        options: Default::default(),
-        watermark: None,
-        parallelism: None,
-        emit_on_window_close: false,
-        state_layout: vec![],
-        scan_order: vec![],
+        ..Relation::new(name, RelationKind::View)
     })?;
     Ok(Outcome::command("CREATE VIEW"))
 }

@@ -81,19 +81,10 @@ pub(super) fn create(session: &Session, create: CreateIndex) -> Result<Outcome> 
         return Ok(Outcome::command("CREATE INDEX"));
     }
     catalog.create_relation(Relation {
-        id: 0,
-        name,
-        kind: RelationKind::Index,
         columns,
-        primary_key: vec![],
         definition: create.to_string(),
         depends_on: vec![table.id],
-        options: Default::default(),
-        watermark: None,
-        parallelism: None,
-        emit_on_window_close: false,
-        state_layout: vec![],
-        scan_order: vec![],
+        ..Relation::new(name, RelationKind::Index)
     })?;
     Ok(Outcome::command("CREATE INDEX"))
 }

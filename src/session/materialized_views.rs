@@ -193,19 +193,14 @@ pub(super) async fn create(
     let depends_on = dependencies(engine, &query_sql, &plan)?;
     let scan_order = super::scan_order::of_query(&query, &columns);
     let rel = engine.catalog.create_relation(Relation {
-        id: 0,
-        name: name.clone(),
-        kind: RelationKind::MaterializedView,
         columns,
-        primary_key: vec![],
         definition: query_sql,
         depends_on,
-        options: Default::default(),
-        watermark: None,
         parallelism: session.chosen_streaming_parallelism()?,
         emit_on_window_close,
         state_layout: graph.state_layout()?,
         scan_order,
+        ..Relation::new(name.clone(), RelationKind::MaterializedView)
     })?;
     let table = engine.schema_provider.state_table_for(&rel)?;
     start_job(engine, &rel, &graph, JobOutput::View(table), false).await?;

@@ -31,19 +31,12 @@ pub(super) async fn create(session: &Session, sink: CreateSink) -> Result<Outcom
     let (plan, graph) =
         super::materialized_views::plan_graph(engine, &query, parallelism, false).await?;
     let mut rel = Relation {
-        id: 0,
-        name: sink.name.clone(),
-        kind: RelationKind::Sink,
-        columns: vec![],
-        primary_key: vec![],
         definition: query.clone(),
         depends_on: super::materialized_views::dependencies(engine, &query, &plan)?,
         options: sink.options.clone(),
-        watermark: None,
         parallelism: session.chosen_streaming_parallelism()?,
-        emit_on_window_close: false,
         state_layout: graph.state_layout()?,
-        scan_order: vec![],
+        ..Relation::new(sink.name.clone(), RelationKind::Sink)
     };
     // Options, and the target itself, are checked before anything is created.
     job_output(engine, &rel, &graph, true).await?;

@@ -29,19 +29,9 @@ pub(super) fn create_source(session: &Session, create: CreateSource) -> Result<O
         ));
     }
     let mut rel = Relation {
-        id: 0,
-        name: create.name.clone(),
-        kind: RelationKind::Source,
         columns,
-        primary_key: vec![],
-        definition: String::new(),
-        depends_on: vec![],
         options: create.options.clone(),
-        watermark: None,
-        parallelism: None,
-        emit_on_window_close: false,
-        state_layout: vec![],
-        scan_order: vec![],
+        ..Relation::new(create.name.clone(), RelationKind::Source)
     };
     if let Some(derived) = avro_value_columns(&create)? {
         // The value's fields first, then the INCLUDE columns declared.

@@ -198,6 +198,35 @@ impl Drop for TestServer {
     }
 }
 
+/// Every row of `sql`, each value as text (NULL as an empty string); panics on error.
+#[allow(dead_code)] // used by the benches, which share this module
+pub async fn query_rows(client: &tokio_postgres::Client, sql: &str) -> Vec<Vec<String>> {
+    client
+        .simple_query(sql)
+        .await
+        .unwrap_or_else(|e| panic!("{sql}: {e}"))
+        .into_iter()
+        .filter_map(|m| match m {
+            tokio_postgres::SimpleQueryMessage::Row(r) => Some(
+                (0..r.len())
+                    .map(|i| r.get(i).unwrap_or("").to_string())
+                    .collect(),
+            ),
+            _ => None,
+        })
+        .collect()
+}
+
+/// The first value of a one-row query as a number (0 when there is no row).
+#[allow(dead_code)] // used by the benches, which share this module
+pub async fn query_number(client: &tokio_postgres::Client, sql: &str) -> f64 {
+    query_rows(client, sql)
+        .await
+        .first()
+        .and_then(|r| r[0].parse().ok())
+        .unwrap_or(0.0)
+}
+
 /// An S3-compatible server (moto) on a free port, with bucket `eddy` created.
 pub struct S3Server {
     child: Child,

@@ -60,21 +60,7 @@ pub(super) fn empty_relation_node(produce_one_row: bool) -> Result<Node> {
 
 fn constant_rows(rows: RecordBatch) -> Node {
     Node::Connector {
-        source: Relation {
-            id: 0,
-            name: "VALUES".to_string(),
-            kind: RelationKind::Source,
-            columns: vec![],
-            primary_key: vec![],
-            definition: String::new(),
-            depends_on: vec![],
-            options: Default::default(),
-            watermark: None,
-            parallelism: None,
-            emit_on_window_close: false,
-            state_layout: vec![],
-            scan_order: vec![],
-        },
+        source: Relation::new("VALUES", RelationKind::Source),
         spec: ConnectorSpec::Values(ValuesSpec { rows }),
         projection: None,
         watermark: None,
