@@ -271,7 +271,7 @@ pub fn format_timestamp(micros: i64, with_tz: bool) -> String {
     let mut s = naive.format("%Y-%m-%d %H:%M:%S").to_string();
     push_fraction(&mut s, naive.nanosecond() / 1000);
     if with_tz {
-        s.push_str("+00");
+        s.push_str("+00:00");
     }
     s
 }

@@ -205,6 +205,11 @@ fn binary_text(ty: &Type, raw: &[u8]) -> String {
                 *ty == Type::TIMESTAMPTZ,
             )
         }
+        Type::TIME => {
+            let micros = i64::from_be_bytes(raw[..8].try_into().unwrap());
+            let time = chrono::NaiveTime::MIN + chrono::Duration::microseconds(micros);
+            time.format("%H:%M:%S%.f").to_string()
+        }
         Type::INTERVAL => {
             let micros = i64::from_be_bytes(raw[0..8].try_into().unwrap());
             let days = i32::from_be_bytes(raw[8..12].try_into().unwrap());

@@ -209,10 +209,15 @@ pub(crate) fn same_value(a: &str, b: &str) -> bool {
     }
     // Arrow prints timestamps as 2015-07-15T00:00:00.050, PostgreSQL as
     // 2015-07-15 00:00:00.05.
-    // A UTC timestamp with time zone: Arrow ends it in Z, PostgreSQL in +00.
+    // A UTC timestamp with time zone: Arrow ends it in Z, Eddy (as RisingWave) in
+    // +00:00, PostgreSQL in +00.
     let timestamp = |s: &str| {
         let s = s.replace('T', " ");
-        let (s, zone) = match s.strip_suffix('Z').or_else(|| s.strip_suffix("+00")) {
+        let utc = s
+            .strip_suffix('Z')
+            .or_else(|| s.strip_suffix("+00:00"))
+            .or_else(|| s.strip_suffix("+00"));
+        let (s, zone) = match utc {
             Some(utc) if utc.contains(':') => (utc.to_string(), "+00"),
             _ => (s.clone(), ""),
         };

@@ -84,8 +84,28 @@ fn string_at(array: &dyn Array, row: usize) -> String {
     }
 }
 
+/// The string PostgreSQL's `to_jsonb` gives a value JSON has no type for: its output
+/// text, with a timestamp in ISO 8601's form (`2024-01-01T10:00:00+00:00`). Arrow's
+/// display already matches it for the other types (`1.50`, `2024-01-01`).
 fn display(array: &dyn Array, row: usize) -> String {
-    ArrayFormatter::try_new(array, &FormatOptions::default())
-        .map(|f| f.value(row).to_string())
-        .unwrap_or_default()
+    if !matches!(
+        array.data_type(),
+        DataType::Timestamp(..) | DataType::Interval(_) | DataType::Binary | DataType::LargeBinary
+    ) {
+        return ArrayFormatter::try_new(array, &FormatOptions::default())
+            .map(|f| f.value(row).to_string())
+            .unwrap_or_default();
+    }
+    let one = arrow::array::make_array(array.to_data()).slice(row, 1);
+    let postgres = crate::pg_text::text_column(&one)
+        .ok()
+        .filter(|text| text.is_valid(0))
+        .map(|text| text.value(0).to_string());
+    match (postgres, array.data_type()) {
+        (Some(text), DataType::Timestamp(..)) => text.replacen(' ', "T", 1),
+        (Some(text), _) => text,
+        (None, _) => ArrayFormatter::try_new(array, &FormatOptions::default())
+            .map(|f| f.value(row).to_string())
+            .unwrap_or_default(),
+    }
 }

@@ -320,7 +320,7 @@ mod tests {
         assert_eq!(format_timestamp(500_000, false), "1970-01-01 00:00:00.5");
         assert_eq!(
             format_timestamp(1_000_001, true),
-            "1970-01-01 00:00:01.000001+00"
+            "1970-01-01 00:00:01.000001+00:00"
         );
     }
 

@@ -3,8 +3,15 @@
 //! `c0`, `c1` to DataFusion) into a `struct<a int, b int>` column. DataFusion only casts
 //! structs whose field names match, so this analyzer rule turns any other struct cast
 //! into [`CAST_BY_POSITION`], which casts with Arrow's kernel (by position when names
-//! differ). A struct cast to text is PostgreSQL's record output, `(1,"a b")`
-//! ([`STRUCT_TO_TEXT`]; Arrow has no such cast).
+//! differ).
+//!
+//! A cast to text gives PostgreSQL's output of the value ([`VALUE_TO_TEXT`]), the same
+//! text a client sees for it, wherever Arrow's cast writes something else: a struct is a
+//! record `(1,"a b")` (Arrow has no such cast), a timestamp `2024-01-01 00:00:00+00:00`
+//! (not `2024-01-01T00:00:00Z`), an interval `1 day 02:00:00`, bytes `\x41`, an array
+//! `{1,2}`, a float `1e+20` or `Infinity`. Booleans, numbers, dates and times keep
+//! Arrow's cast, which already writes PostgreSQL's text (`true`, as PostgreSQL's cast
+//! does, not the `t` of its output).
 
 use arrow::datatypes::{DataType, FieldRef};
 use datafusion::common::config::ConfigOptions;
@@ -30,10 +37,10 @@ pub fn udf() -> Arc<ScalarUDF> {
     UDF.clone()
 }
 
-pub const STRUCT_TO_TEXT: &str = "eddy_struct_to_text";
+pub const VALUE_TO_TEXT: &str = "eddy_value_to_text";
 
 static TO_TEXT_UDF: LazyLock<Arc<ScalarUDF>> = LazyLock::new(|| {
-    Arc::new(ScalarUDF::new_from_impl(StructToText {
+    Arc::new(ScalarUDF::new_from_impl(ValueToText {
         signature: Signature::any(1, Volatility::Immutable),
     }))
 });
@@ -58,7 +65,7 @@ fn by_position(expr: Expr, schema: &DFSchema) -> Result<Transformed<Expr>> {
     let Ok(source) = inner.get_type(schema) else {
         return Ok(Transformed::no(expr));
     };
-    if matches!(source, DataType::Struct(_))
+    if needs_postgres_text(&source)
         && matches!(
             field.data_type(),
             DataType::Utf8 | DataType::Utf8View | DataType::LargeUtf8
@@ -81,6 +88,26 @@ fn by_position(expr: Expr, schema: &DFSchema) -> Result<Transformed<Expr>> {
     Ok(Transformed::yes(Expr::ScalarFunction(
         ScalarFunction::new_udf(udf(), vec![inner.as_ref().clone(), target]),
     )))
+}
+
+/// Whether Arrow's cast of `source` to text differs from PostgreSQL's text of the value.
+fn needs_postgres_text(source: &DataType) -> bool {
+    matches!(
+        source,
+        DataType::Struct(_)
+            | DataType::Timestamp(..)
+            | DataType::Interval(_)
+            | DataType::Binary
+            | DataType::LargeBinary
+            | DataType::BinaryView
+            | DataType::FixedSizeBinary(_)
+            | DataType::List(_)
+            | DataType::LargeList(_)
+            | DataType::FixedSizeList(..)
+            | DataType::Float16
+            | DataType::Float32
+            | DataType::Float64
+    )
 }
 
 /// Whether two struct types (or lists of them) differ in a field's name somewhere.
@@ -133,16 +160,15 @@ impl ScalarUDFImpl for CastByPosition {
     }
 }
 
-/// `eddy_struct_to_text(record)`: each value as PostgreSQL prints a record (NULL stays
-/// NULL).
+/// `eddy_value_to_text(value)`: each value as PostgreSQL prints it (NULL stays NULL).
 #[derive(Debug, PartialEq, Eq, Hash)]
-struct StructToText {
+struct ValueToText {
     signature: Signature,
 }
 
-impl ScalarUDFImpl for StructToText {
+impl ScalarUDFImpl for ValueToText {
     fn name(&self) -> &str {
-        STRUCT_TO_TEXT
+        VALUE_TO_TEXT
     }
 
     fn signature(&self) -> &Signature {
