@@ -1,6 +1,6 @@
 //! The bounded state cache (`--state-cache-mb`): aggregates with far more groups than fit
 //! in the cache evict clean groups to RocksDB and read them back when their key comes
-//! again; joins do the same with the rows of their join keys. Results must equal DataFusion's batch result over the same rows — also across a
+//! again; joins do the same with the rows of their join keys, top-N with its partitions. Results must equal DataFusion's batch result over the same rows — also across a
 //! SIGKILL in the middle — while the cache's memory stays near its limit.
 
 use crate::common::TestServer;
@@ -106,6 +106,26 @@ async fn join_rows_beyond_the_cache_are_evicted_and_read_back_exactly() {
     eprintln!("{keys} join keys; the state cache peaked at {peak} bytes");
     // The limit, a quarter more, and the join rows and groups of the chunks in flight —
     // not the ~45 MB the join's two sides and the aggregate's groups take.
+    assert!(
+        peak < 24 << 20,
+        "the cache grew to {peak} bytes with a limit of {LIMIT_BYTES}"
+    );
+}
+
+/// A top-N over an updating input (each key's count changes as its rows come): some
+/// 40000 partitions of about five keys each, evicted whole and read back, winners
+/// replaced as counts change.
+const TOP_N_VIEWS: &[View] = &[(
+    "leaders",
+    "SELECT b, k, n FROM (SELECT b, k, n, row_number() OVER (PARTITION BY b ORDER BY n DESC, k) AS rn FROM (SELECT k % 40000 AS b, k, count(*) AS n FROM gen GROUP BY k) g) r WHERE rn <= 2",
+    "SELECT b, k, n FROM (SELECT b, k, n, row_number() OVER (PARTITION BY b ORDER BY n DESC, k) AS rn FROM (SELECT k % 40000 AS b, k, count(*) AS n FROM s GROUP BY k) g) r WHERE rn <= 2",
+)];
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn top_n_partitions_beyond_the_cache_are_evicted_and_read_back_exactly() {
+    let (rows, peak) = evicted_and_read_back(ROWS, TOP_N_VIEWS, "leaders").await;
+    assert!(rows > 70_000, "{rows} rows shown");
+    eprintln!("{rows} top-N rows; the state cache peaked at {peak} bytes");
     assert!(
         peak < 24 << 20,
         "the cache grew to {peak} bytes with a limit of {LIMIT_BYTES}"

@@ -97,6 +97,32 @@ impl OperatorState {
             .scan_prefix(&state_prefix, |k, v| visit(&k[KEY_PREFIX_LEN..], v))
     }
 
+    /// Visits, in key order while `visit` returns true, the state under `prefix` in key
+    /// group `group` from the first key at or after `start` (which begins with `prefix`).
+    pub fn scan_prefix_in_group_from(
+        &self,
+        group: KeyGroup,
+        prefix: &[u8],
+        start: &[u8],
+        mut visit: impl FnMut(&[u8], &[u8]) -> Result<bool>,
+    ) -> Result<()> {
+        let mut state_prefix = Vec::new();
+        encode_state_key(self.table_id, group, prefix, &mut state_prefix);
+        let mut state_start = Vec::new();
+        encode_state_key(self.table_id, group, start, &mut state_start);
+        self.store
+            .scan_prefix_from_while(&state_prefix, &state_start, |k, v| {
+                visit(&k[KEY_PREFIX_LEN..], v)
+            })
+    }
+
+    /// The state under `key` in key group `group`.
+    pub fn get_in_group(&self, group: KeyGroup, key: &[u8]) -> Result<Option<Vec<u8>>> {
+        let mut state_key = Vec::new();
+        encode_state_key(self.table_id, group, key, &mut state_key);
+        self.store.get(&state_key)
+    }
+
     /// Deletes all state under `prefix` in key group `group`, in the same write as the
     /// rest of the batch.
     pub fn delete_prefix_in_group(&self, batch: &mut WriteBatch, group: KeyGroup, prefix: &[u8]) {

@@ -137,6 +137,27 @@ impl StateStore {
         visit_prefix(iter, prefix, visit)
     }
 
+    /// [`StateStore::scan_prefix_from`] while `visit` returns true: reads only as far as
+    /// the caller needs (the first rows of a long sorted run).
+    pub fn scan_prefix_from_while(
+        &self,
+        prefix: &[u8],
+        start: &[u8],
+        mut visit: impl FnMut(&[u8], &[u8]) -> Result<bool>,
+    ) -> Result<()> {
+        let iter = self.db.iterator_opt(
+            IteratorMode::From(start, Direction::Forward),
+            prefix_read_options(prefix),
+        );
+        for item in iter {
+            let (k, v) = item?;
+            if !k.starts_with(prefix) || !visit(&k, &v)? {
+                break;
+            }
+        }
+        Ok(())
+    }
+
     /// Whether any key starts with `prefix`.
     pub fn any_with_prefix(&self, prefix: &[u8]) -> Result<bool> {
         let mut iter = self

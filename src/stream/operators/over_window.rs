@@ -153,6 +153,7 @@ impl OverWindow {
         let rows = self.row_codec.convert_columns(batch.columns())?;
         for partition in &partitions {
             if !self.before.contains_key(partition) {
+                self.partitions.load(partition)?;
                 let rows = self
                     .partitions
                     .get(partition)
@@ -162,7 +163,8 @@ impl OverWindow {
             }
         }
         self.partitions
-            .apply(&chunk, &partitions, &sort_keys, &rows);
+            .apply(&chunk, &partitions, &sort_keys, &rows)?;
+        self.partitions.report();
         Ok(())
     }
 
@@ -239,6 +241,11 @@ impl OverWindow {
         let batch = RecordBatch::try_new(self.spec.input.clone(), columns)?;
         let partitions = encode_rows(self.partition_codec.as_ref(), &self.spec.partition, &batch)?;
         let sort_keys = encode_rows(self.order_codec.as_ref(), &self.spec.order, &batch)?;
+        // A row released after its partition's last one is late: the partition is read
+        // from state to tell.
+        for partition in &partitions {
+            self.partitions.load(partition)?;
+        }
         let in_order: Vec<bool> = partitions
             .iter()
             .zip(&sort_keys)
@@ -450,6 +457,7 @@ impl Operator for OverWindow {
             self.release(None)?;
             self.ended = true;
             // Partitions unchanged in this epoch still hold rows waiting for followers.
+            self.partitions.load_all()?;
             for (partition, p) in self.partitions.iter() {
                 if !self.before.contains_key(partition) {
                     self.before.insert(partition.clone(), p.rows.clone());

@@ -2,9 +2,11 @@
 //! [OFFSET m]` in a view, and `ROW_NUMBER()`, `RANK()` or `DENSE_RANK() OVER (PARTITION
 //! BY ... ORDER BY ...)` filtered to a range of ranks (`<= n`, `= 1` for dedup).
 //!
-//! Every input row is kept in its partition in sort order ([`partitions`]), so that when
-//! a shown row is deleted the next one takes its place. An append-only input never
-//! deletes, so its partitions keep only the rows that could still be shown.
+//! Every input row is kept in its partition in sort order ([`partitions`]), in the
+//! operator's state table, so that when a shown row is deleted the next one takes its
+//! place; memory holds each partition's first rows (twice those shown) and reads the
+//! next ones back when deletes leave too few. An append-only input never deletes, so
+//! its partitions keep only the rows that could still be shown.
 //!
 //! Like an aggregate, a top-N emits at the barrier: a partition changed in the epoch
 //! compares the rows it showed at the epoch's start with those it shows now, and emits
@@ -109,24 +111,41 @@ impl TopN {
                 .map(|f| SortField::new(f.data_type().clone()))
                 .collect(),
         )?;
+        let row_limit = spec.keyed_input.then(|| rows_kept_in_memory(spec.ranks.1));
         Ok(Self {
             spec,
             partition_codec,
             order_codec,
             row_codec,
-            partitions: Partitions::default(),
+            // A keyed input may delete shown rows: memory keeps a partition's first rows,
+            // twice those shown, and reads the next ones back when deletes leave too few.
+            // An append-only partition keeps only the rows that can be shown.
+            partitions: Partitions::new(row_limit),
             shown_before: HashMap::new(),
         })
     }
 
     /// The rows a partition shows now, and how many of its first rows could still be
     /// shown were nothing ever deleted (all rows up to the last one ranked in range).
-    fn shown(&self, partition: &[u8]) -> (Vec<Shown>, usize) {
+    /// Rows past those in memory are read back from state as far as the ranks need.
+    fn shown(&mut self, partition: &[u8]) -> Result<(Vec<Shown>, usize)> {
+        loop {
+            let (shown, kept, ran_out) = self.shown_in_memory(partition);
+            if !ran_out || self.partitions.is_complete(partition) {
+                return Ok((shown, kept));
+            }
+            self.partitions.load_more(partition)?;
+        }
+    }
+
+    /// [`TopN::shown`] over the rows in memory; also whether they ran out before a rank
+    /// past the range was reached.
+    fn shown_in_memory(&self, partition: &[u8]) -> (Vec<Shown>, usize, bool) {
         let (low, high) = self.spec.ranks;
         let mut shown = Vec::new();
         let mut kept = 0;
         let Some(p) = self.partitions.get(partition) else {
-            return (shown, kept);
+            return (shown, kept, false);
         };
         let mut rank = 0u64;
         let mut previous: Option<&[u8]> = None;
@@ -140,7 +159,7 @@ impl TopN {
                 RankKind::DenseRank => rank + 1,
             };
             if rank > high {
-                break;
+                return (shown, kept, false);
             }
             kept = position + 1;
             if rank >= low {
@@ -152,7 +171,7 @@ impl TopN {
             }
             previous = Some(sort_key);
         }
-        (shown, kept)
+        (shown, kept, true)
     }
 
     /// Emits, for every partition changed in the epoch, how what it shows changed.
@@ -162,7 +181,7 @@ impl TopN {
         }
         let mut out = Changes::default();
         for (partition, before) in std::mem::take(&mut self.shown_before) {
-            let (now, _) = self.shown(&partition);
+            let (now, _) = self.shown(&partition)?;
             let mut before: HashMap<&[u8], &Shown> = before.iter().map(|s| (&*s.id, s)).collect();
             let mut entered = Vec::new();
             for row in &now {
@@ -186,6 +205,13 @@ impl TopN {
         }
         out.finish(self)
     }
+}
+
+/// How many of a partition's first rows memory keeps when `high` is the last rank shown:
+/// twice those (at least 16 more), so that deletes rarely need a read-back.
+fn rows_kept_in_memory(high: u64) -> usize {
+    let high = usize::try_from(high).unwrap_or(usize::MAX);
+    high.saturating_add(high.max(16))
 }
 
 /// Output rows being collected.
@@ -244,20 +270,22 @@ impl Operator for TopN {
         // What each partition shows before its first change in the epoch.
         for partition in &partitions {
             if !self.shown_before.contains_key(partition) {
-                let (shown, _) = self.shown(partition);
+                self.partitions.load(partition)?;
+                let (shown, _) = self.shown(partition)?;
                 self.shown_before.insert(partition.clone(), shown);
             }
         }
         self.partitions
-            .apply(&chunk, &partitions, &sort_keys, &rows);
+            .apply(&chunk, &partitions, &sort_keys, &rows)?;
         // An append-only input never brings back a row pushed out of range.
         if !self.spec.keyed_input {
             let touched: HashSet<&Bytes> = partitions.iter().collect();
             for partition in touched {
-                let (_, kept) = self.shown(partition);
+                let (_, kept) = self.shown(partition)?;
                 self.partitions.truncate(partition, kept);
             }
         }
+        self.partitions.report();
         Ok(vec![])
     }
 

@@ -86,8 +86,16 @@ fn expected(spec: &TopNSpec, rows: &BTreeMap<i64, Row>) -> Vec<String> {
 }
 
 fn harness(spec: &TopNSpec) -> Harness {
+    harness_with_cache(spec, 64 << 20)
+}
+
+/// A harness whose state caches share `cache_bytes`: a tiny limit evicts every
+/// partition at every barrier.
+fn harness_with_cache(spec: &TopNSpec, cache_bytes: usize) -> Harness {
     let spec = spec.clone();
-    Harness::new(move || Ok(vec![Box::new(TopN::new(spec.clone())?) as Box<dyn Operator>]))
+    Harness::with_cache_limit(cache_bytes, move || {
+        Ok(vec![Box::new(TopN::new(spec.clone())?) as Box<dyn Operator>])
+    })
 }
 
 fn row_chunk(keyed: bool, rows: &[(Op, Row)]) -> StreamChunk {
@@ -113,9 +121,40 @@ fn row_chunk(keyed: bool, rows: &[(Op, Row)]) -> StreamChunk {
 /// Random changes (only inserts when not keyed), barriers and restarts; after each
 /// barrier the view equals the ranking of the rows so far.
 fn check_against_ranking(spec: TopNSpec, seed: u64) {
+    check_with(spec, seed, Workload::SMALL);
+}
+
+/// The shape of a random run: the cache shared by the state caches, how many changes
+/// an epoch's chunk holds at most, and how many partitions and sort values there are.
+#[derive(Clone, Copy)]
+struct Workload {
+    cache_bytes: usize,
+    max_changes: usize,
+    partitions: i64,
+    values: i64,
+}
+
+impl Workload {
+    const SMALL: Workload = Workload {
+        cache_bytes: 64 << 20,
+        max_changes: 12,
+        partitions: 3,
+        values: 6,
+    };
+    /// Partitions far longer than the rows memory keeps of them, evicted at every
+    /// barrier: shown rows that are deleted are replaced by rows read back from state.
+    const LONG_EVICTED: Workload = Workload {
+        cache_bytes: 1,
+        max_changes: 60,
+        partitions: 2,
+        values: 1000,
+    };
+}
+
+fn check_with(spec: TopNSpec, seed: u64, load: Workload) {
     let keyed = spec.keyed_input;
     let mut rng = rand::rngs::StdRng::seed_from_u64(seed);
-    let mut h = harness(&spec);
+    let mut h = harness_with_cache(&spec, load.cache_bytes);
     let mut view = Materialized::default();
     let mut rows: BTreeMap<i64, Row> = BTreeMap::new();
     let mut next_id = 0;
@@ -128,14 +167,18 @@ fn check_against_ranking(spec: TopNSpec, seed: u64) {
     };
     for step in 0..60 {
         let mut changes = Vec::new();
-        for _ in 0..rng.random_range(1..12) {
+        for _ in 0..rng.random_range(1..load.max_changes) {
             let choice = if keyed && !rows.is_empty() {
                 rng.random_range(0..4)
             } else {
                 0
             };
             if choice <= 1 {
-                let row = (next_id, value(&mut rng, 3), value(&mut rng, 6));
+                let row = (
+                    next_id,
+                    value(&mut rng, load.partitions),
+                    value(&mut rng, load.values),
+                );
                 next_id += 1;
                 rows.insert(row.0, row);
                 changes.push((Op::Insert, row));
@@ -147,7 +190,11 @@ fn check_against_ranking(spec: TopNSpec, seed: u64) {
                 rows.remove(&old.0);
                 changes.push((Op::Delete, old));
             } else {
-                let new = (old.0, value(&mut rng, 3), value(&mut rng, 6));
+                let new = (
+                    old.0,
+                    value(&mut rng, load.partitions),
+                    value(&mut rng, load.values),
+                );
                 rows.insert(new.0, new);
                 changes.push((Op::UpdateDelete, old));
                 changes.push((Op::UpdateInsert, new));
@@ -228,4 +275,54 @@ fn a_change_within_the_epoch_that_is_undone_emits_nothing() {
     h.push(0, row_chunk(true, &[(Op::Insert, b)]));
     h.push(0, row_chunk(true, &[(Op::Delete, b)]));
     assert!(h.barrier().is_empty());
+}
+
+#[test]
+fn long_partitions_evicted_at_every_barrier_match_the_ranking() {
+    for rank in [RankKind::RowNumber, RankKind::Rank, RankKind::DenseRank] {
+        for (ranks, rank_column) in [((1, 1), false), ((2, 5), true)] {
+            for seed in 0..3 {
+                check_with(
+                    spec(rank, ranks, rank_column, true),
+                    seed,
+                    Workload::LONG_EVICTED,
+                );
+            }
+        }
+    }
+}
+
+#[test]
+fn deleted_winners_are_read_back_when_memory_holds_only_the_first_rows() {
+    let spec = spec(RankKind::RowNumber, (1, 2), false, true);
+    let mut h = harness(&spec);
+    let rows: Vec<Row> = (0..300).map(|i| (i, Some(0), Some(i))).collect();
+    let mut view = Materialized::default();
+    view.apply(&h.push(
+        0,
+        row_chunk(
+            true,
+            &rows.iter().map(|r| (Op::Insert, *r)).collect::<Vec<_>>(),
+        ),
+    ));
+    view.apply(&h.barrier());
+    assert_eq!(view.rows(), vec!["298, 0, 298", "299, 0, 299"]);
+    // Memory keeps 2 + 16 rows; deleting 50 winners an epoch reads the next ones back.
+    let mut left: BTreeMap<i64, Row> = rows.iter().map(|r| (r.0, *r)).collect();
+    for round in 0..5 {
+        let gone: Vec<Row> = left.values().rev().take(50).copied().collect();
+        for r in &gone {
+            left.remove(&r.0);
+        }
+        let deletes: Vec<(Op, Row)> = gone.iter().map(|r| (Op::Delete, *r)).collect();
+        view.apply(&h.push(0, row_chunk(true, &deletes)));
+        view.apply(&h.barrier());
+        assert_eq!(view.rows(), expected(&spec, &left), "round {round}");
+        if round == 2 {
+            h.restart();
+        }
+    }
+    assert_eq!(view.rows(), vec!["48, 0, 48", "49, 0, 49"]);
+    // After the restart the partition was read from state, not held from the start.
+    assert!(h.cache_budget().loads() > 0);
 }
