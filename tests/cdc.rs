@@ -152,6 +152,64 @@ async fn cdc_table_follows_upstream_exactly_across_kills() {
     }
 }
 
+/// One upstream transaction of some 80000 changes — more than Eddy holds in memory at
+/// once (it applies such a transaction in parts) — inserts, updates, key changes and
+/// deletes of rows it inserted itself.
+const LARGE_TRANSACTION: &str = "BEGIN;
+    INSERT INTO orders SELECT g, g % 10, g * 0.25, 'big', now(), g % 3 = 0, g / 7.0
+        FROM generate_series(100001, 160000) g;
+    UPDATE orders SET amount = amount + 2, note = 'big-u' WHERE id % 5 = 0;
+    UPDATE orders SET id = id + 1000000 WHERE id BETWEEN 100001 AND 101000;
+    DELETE FROM orders WHERE id % 9 = 0 AND id > 150000;
+    COMMIT;";
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_transaction_larger_than_memory_holds_is_applied_exactly_across_a_kill() {
+    let pg = PostgresServer::start();
+    let upstream = pg.connect().await;
+    upstream.batch_execute(UPSTREAM).await.unwrap();
+    let temp = tempfile::tempdir().unwrap();
+    let data_dir = temp.path().join("data");
+    let args = ["--barrier-interval-ms", "200"];
+    let mut server = TestServer::start_in_with_args(&data_dir, &args);
+    let client = server.connect().await;
+    client
+        .batch_execute(&format!(
+            "CREATE TABLE orders (id INT PRIMARY KEY, customer INT, amount DECIMAL(12, 2), note VARCHAR,
+                 placed TIMESTAMPTZ, flag BOOLEAN, ratio DOUBLE PRECISION) WITH (
+                 connector = 'postgres-cdc', hostname = '127.0.0.1', port = '{}',
+                 username = 'postgres', password = '', database.name = 'postgres',
+                 table.name = 'orders');
+             CREATE MATERIALIZED VIEW per_customer AS {PER_CUSTOMER};",
+            pg.port,
+        ))
+        .await
+        .unwrap();
+    upstream.batch_execute(LARGE_TRANSACTION).await.unwrap();
+    // Killed once a part of the transaction is in (most likely before the rest): after
+    // the restart the whole transaction is read again, and applied over what was kept.
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while view_rows(&client, "SELECT count(*) FROM orders").await == vec![vec!["2000"]] {
+        assert!(
+            Instant::now() < deadline,
+            "nothing of the transaction arrived"
+        );
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    let seen = view_rows(&client, "SELECT count(*) FROM orders").await;
+    eprintln!("killed with {seen:?} rows in the table");
+    drop(client);
+    server.kill();
+    server = TestServer::start_in_with_args(&data_dir, &args);
+    upstream.batch_execute(&changes(0)).await.unwrap();
+    let client = server.connect().await;
+    wait_equal(&client, &upstream).await;
+    client.batch_execute("FLUSH").await.unwrap();
+    let view = view_rows(&client, "SELECT * FROM per_customer ORDER BY customer").await;
+    let expected = view_rows(&upstream, &format!("{PER_CUSTOMER} ORDER BY customer")).await;
+    assert_same("view over the cdc table", &view, &expected);
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn cdc_table_options_and_upstream_are_checked() {
     let pg = PostgresServer::start();

@@ -19,7 +19,10 @@ pub enum Value {
 
 #[derive(Debug, Clone, PartialEq)]
 pub enum Message {
-    Begin,
+    /// The start of a transaction; `final_lsn` is where its commit record is.
+    Begin {
+        final_lsn: u64,
+    },
     /// The end of a transaction; `end_lsn` is where the next one starts.
     Commit {
         end_lsn: u64,
@@ -128,7 +131,9 @@ impl<'a> Reader<'a> {
 pub fn parse(bytes: &[u8]) -> Result<Message> {
     let mut r = Reader { bytes, at: 0 };
     Ok(match r.u8()? {
-        b'B' => Message::Begin,
+        b'B' => Message::Begin {
+            final_lsn: r.u64()?,
+        },
         b'C' => {
             let _flags = r.u8()?;
             let _commit_lsn = r.u64()?;
@@ -273,6 +278,11 @@ mod tests {
                 new: vec![Value::Text("2".into()), Value::Text("it's".into())],
             }
         );
+        let mut begin = vec![b'B'];
+        begin.extend(5u64.to_be_bytes());
+        begin.extend(0u64.to_be_bytes());
+        begin.extend(7u32.to_be_bytes());
+        assert_eq!(parse(&begin).unwrap(), Message::Begin { final_lsn: 5 });
         let mut commit = vec![b'C', 0];
         commit.extend(5u64.to_be_bytes());
         commit.extend(9u64.to_be_bytes());

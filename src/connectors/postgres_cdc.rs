@@ -305,19 +305,27 @@ impl CdcSpec {
         Ok(())
     }
 
-    /// The changes in the slot from its confirmed position on (not consumed), parsed.
-    pub async fn peek(&self, client: &tokio_postgres::Client) -> Result<Vec<Message>> {
+    /// The changes in the slot from its confirmed position on (not consumed), parsed, as
+    /// they arrive: a transaction larger than memory is never held whole.
+    pub async fn peek(
+        &self,
+        client: &tokio_postgres::Client,
+    ) -> Result<impl futures::Stream<Item = Result<Message>> + '_> {
+        use futures::StreamExt;
+        let params: [&(dyn tokio_postgres::types::ToSql + Sync); 3] =
+            [&self.slot, &CHANGES_PER_POLL, &self.publication];
         let rows = client
-            .query(
+            .query_raw(
                 "SELECT data FROM pg_logical_slot_peek_binary_changes($1, NULL, $2, \
                  'proto_version', '1', 'publication_names', $3)",
-                &[&self.slot, &CHANGES_PER_POLL, &self.publication],
+                params,
             )
             .await
             .map_err(|e| self.failed("cannot read the replication slot", e))?;
-        rows.iter()
-            .map(|r| pgoutput::parse(r.get::<_, &[u8]>(0)))
-            .collect()
+        Ok(rows.map(move |row| {
+            let row = row.map_err(|e| self.failed("cannot read the replication slot", e))?;
+            pgoutput::parse(row.get::<_, &[u8]>(0))
+        }))
     }
 
     /// Tells PostgreSQL it may drop the changes before `lsn` (held by a committed

@@ -34,6 +34,8 @@ const POLL_INTERVAL: Duration = Duration::from_millis(200);
 const MAX_RETRY_DELAY: Duration = Duration::from_secs(10);
 /// The key of the applied position in the table's internal state.
 const POSITION_KEY: &[u8] = b"lsn";
+/// The most changes of one upstream transaction held in memory before they are applied.
+const MAX_HELD_CHANGES: usize = 10_000;
 
 /// The running tasks that feed tables (CDC and Kafka tables), by table name.
 #[derive(Default)]
@@ -268,14 +270,18 @@ impl CdcTask {
             self.spec.advance(connection, committed).await?;
             self.advanced = committed;
         }
-        let messages = self.spec.peek(connection).await?;
         let table = engine.schema_provider.state_table_for(&self.rel)?;
         let mut position = load_position(engine, &self.rel)?;
         let mut relations: HashMap<u32, Vec<String>> = HashMap::new();
         let mut pending: Vec<Message> = Vec::new();
+        // The transaction being read was applied before (the slot is advanced only once a
+        // checkpoint holds it, so a poll reads it again): its changes are skipped.
+        let mut applied_before = false;
         let mut applied = false;
-        for message in messages {
-            match message {
+        let messages = self.spec.peek(connection).await?;
+        futures::pin_mut!(messages);
+        while let Some(message) = futures::StreamExt::next(&mut messages).await {
+            match message? {
                 Message::Relation {
                     id,
                     namespace,
@@ -286,9 +292,14 @@ impl CdcTask {
                         relations.insert(id, columns);
                     }
                 }
-                Message::Begin => pending.clear(),
+                Message::Begin { final_lsn } => {
+                    pending.clear();
+                    // `position` is the end of the last transaction applied: one that
+                    // commits before it was applied.
+                    applied_before = final_lsn < position;
+                }
                 Message::Commit { end_lsn } => {
-                    if end_lsn > position {
+                    if !applied_before && end_lsn > position {
                         apply(&table, &relations, std::mem::take(&mut pending))?;
                         store_position(engine, &self.rel, end_lsn)?;
                         position = end_lsn;
@@ -301,7 +312,18 @@ impl CdcTask {
                     pending.clear();
                 }
                 Message::Other => {}
-                change => pending.push(change),
+                _ if applied_before => {}
+                change => {
+                    pending.push(change);
+                    // A large transaction is applied in parts: a checkpoint may then hold
+                    // a part of it without its position, and after a restart it is read
+                    // and applied again whole. Every change sets or deletes a key's row
+                    // (or empties the table), so applying the whole transaction over a
+                    // part of it leaves what applying it once does.
+                    if pending.len() >= MAX_HELD_CHANGES {
+                        apply(&table, &relations, std::mem::take(&mut pending))?;
+                    }
+                }
             }
         }
         Ok(applied)
