@@ -839,6 +839,78 @@ async fn kafka_avro_source_with_a_schema_registry_is_exact_across_a_kill() {
     let mut from_topic = from_topic;
     from_topic.sort();
     assert_eq!(from_topic, view, "the Avro upsert topic folds to the view");
+
+    // And read back into a table (FORMAT UPSERT ENCODE AVRO): the table is the view.
+    // Then two tombstones: one keyed by an Avro record (a key the sink wrote), one by
+    // the key's bare text; each deletes its row.
+    let table_sql = |columns: &str| {
+        format!(
+            "CREATE TABLE per_k_back ({columns}) WITH (connector = 'kafka', topic = 'per_k_avro_out',              properties.bootstrap.server = '{}', scan.startup.mode = 'earliest')              FORMAT UPSERT ENCODE AVRO (schema.registry = '{}')",
+            broker.address, registry.url
+        )
+    };
+    let error = client
+        .batch_execute(&table_sql("k INT PRIMARY KEY, nope INT"))
+        .await
+        .unwrap_err();
+    let message = error.as_db_error().map(|e| e.message().to_string());
+    assert!(
+        message.is_some_and(|m| m.contains("column \"nope\" is not a field")),
+        "{error:?}"
+    );
+    let debezium = table_sql("k INT PRIMARY KEY").replace("FORMAT UPSERT", "FORMAT DEBEZIUM");
+    let error = client.batch_execute(&debezium).await.unwrap_err();
+    let refused = error.as_db_error().expect("a database error");
+    assert_eq!(refused.code().code(), "0A000", "{refused:?}");
+    assert!(
+        refused
+            .message()
+            .contains("FORMAT DEBEZIUM ENCODE AVRO is not supported")
+    );
+    client
+        .batch_execute(&table_sql(
+            "k INT PRIMARY KEY, n BIGINT, total DECIMAL(20, 2), last_ts TIMESTAMPTZ, first_name VARCHAR, named BIGINT",
+        ))
+        .await
+        .unwrap();
+    let all = "SELECT k, n, total, last_ts, first_name, named FROM";
+    let expected = view_rows(&client, &format!("{all} per_k_avro ORDER BY k")).await;
+    wait_for_rows(&client, &format!("{all} per_k_back ORDER BY k"), &expected).await;
+    let (first_key, _) = folded.iter().next().expect("keys");
+    let avro_key = broker
+        .read_all("per_k_avro_out")
+        .into_iter()
+        .find_map(|m| {
+            let key = m.raw_key.clone()?;
+            (decode(&key)["k"] == apache_avro::types::Value::Int(*first_key)).then_some(key)
+        })
+        .unwrap();
+    let (last_key, _) = folded.iter().next_back().expect("keys");
+    broker.produce_raw_changes(
+        "per_k_avro_out",
+        &[(avro_key, None), (last_key.to_string().into_bytes(), None)],
+    );
+    let expected: Vec<Vec<String>> = expected
+        .into_iter()
+        .filter(|r| r[0] != first_key.to_string() && r[0] != last_key.to_string())
+        .collect();
+    wait_for_rows(&client, &format!("{all} per_k_back ORDER BY k"), &expected).await;
+}
+
+/// Polls `sql` until it returns `expected`.
+async fn wait_for_rows(client: &tokio_postgres::Client, sql: &str, expected: &[Vec<String>]) {
+    let deadline = std::time::Instant::now() + Duration::from_secs(60);
+    loop {
+        let rows = view_rows(client, sql).await;
+        if rows == expected {
+            return;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "{sql}: {rows:?}, expected {expected:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -162,13 +162,13 @@ pub(super) async fn create_table(
                     &rel.arrow_schema(),
                     &connector_options,
                 )?;
-                if matches!(
-                    spec.payload,
-                    crate::connectors::kafka::PayloadFormat::Avro(_)
-                ) {
-                    return Err(EddyError::not_supported(
-                        "ENCODE AVRO is supported for kafka sources only, not yet for tables; use ENCODE JSON",
-                    ));
+                if let crate::connectors::kafka::PayloadFormat::Avro(_) = &spec.payload {
+                    if spec.envelope == crate::connectors::kafka::Envelope::Debezium {
+                        return Err(EddyError::not_supported(
+                            "FORMAT DEBEZIUM ENCODE AVRO is not supported yet; use FORMAT DEBEZIUM ENCODE JSON or FORMAT UPSERT ENCODE AVRO",
+                        ));
+                    }
+                    super::sources::check_avro_table_columns(&rel, &connector_options)?;
                 }
                 // Restarts can then start while the broker is unreachable.
                 rel.options.insert(

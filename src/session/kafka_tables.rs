@@ -1,5 +1,8 @@
 //! Tables fed by a Kafka topic: `CREATE TABLE t (..., PRIMARY KEY (...)) WITH (connector =
-//! 'kafka', ...) FORMAT UPSERT | DEBEZIUM | PLAIN ENCODE JSON`. As in RisingWave, messages
+//! 'kafka', ...) FORMAT UPSERT | DEBEZIUM | PLAIN ENCODE JSON` (or `FORMAT UPSERT | PLAIN
+//! ENCODE AVRO (schema.registry = '...')`: values, and upsert keys, Avro records in
+//! Confluent's wire format; a key not in that format is the bare value of a one-column
+//! key). As in RisingWave, messages
 //! that update and delete rows go into a table (its primary key names the row), and views
 //! read the table's changes like any table's.
 //!
@@ -189,10 +192,12 @@ impl KafkaTableTask {
             return Ok(false);
         }
         let table = engine.schema_provider.state_table_for(&self.rel)?;
-        let changes: Vec<Change> = messages
-            .iter()
-            .filter_map(|(key, value)| self.change_of(&table, key.as_deref(), value.as_deref()))
-            .collect();
+        let mut changes: Vec<Change> = Vec::with_capacity(messages.len());
+        for (key, value) in &messages {
+            if let Some(change) = self.change_of(&table, key.as_deref(), value.as_deref())? {
+                changes.push(change);
+            }
+        }
         apply(&table, &self.spec, changes)?;
         // After the rows: a checkpoint never holds offsets ahead of them.
         store_offsets(engine, &self.rel, &offsets)?;
@@ -200,38 +205,90 @@ impl KafkaTableTask {
     }
 
     /// What one message does to the table (`None`: nothing it can say, e.g. a tombstone
-    /// without a usable key).
+    /// without a usable key). An error only when the schema registry cannot be asked:
+    /// skipping the message would lose it.
     fn change_of(
         &self,
         table: &StateTable,
         key: Option<&[u8]>,
         value: Option<&[u8]>,
-    ) -> Option<Change> {
+    ) -> Result<Option<Change>> {
+        if let crate::connectors::kafka::PayloadFormat::Avro(decoder) = &self.spec.payload {
+            return avro_change_of(decoder, self.spec.envelope, table, key, value);
+        }
         let text = |b: Option<&[u8]>| {
             b.and_then(|b| std::str::from_utf8(b).ok())
                 .map(str::to_string)
         };
-        match self.spec.envelope {
-            Envelope::Plain => text(value).map(Change::Upsert),
+        let json = |row: String| Row::Json(row);
+        Ok(match self.spec.envelope {
+            Envelope::Plain => text(value).map(|v| Change::Upsert(json(v))),
             Envelope::Upsert => match text(value) {
-                Some(row) => Some(Change::Upsert(row)),
-                None => key_object(table, text(key)?).map(Change::Delete),
+                Some(row) => Some(Change::Upsert(json(row))),
+                None => text(key)
+                    .and_then(|k| key_object(table, k))
+                    .map(|k| Change::Delete(json(k))),
             },
-            Envelope::Debezium => {
-                let mut envelope: serde_json::Value = serde_json::from_str(&text(value)?).ok()?;
-                // With schemas on, the envelope is under `payload`.
-                if let Some(payload) = envelope.get_mut("payload").map(serde_json::Value::take)
-                    && payload.is_object()
-                {
-                    envelope = payload;
-                }
-                match envelope.get("op")?.as_str()? {
-                    "d" => Some(Change::Delete(envelope.get("before")?.to_string())),
-                    _ => Some(Change::Upsert(envelope.get("after")?.to_string())),
-                }
-            }
-        }
+            Envelope::Debezium => text(value).and_then(|v| debezium_change_of(&v)),
+        })
     }
+}
+
+/// What a Debezium JSON envelope does: `after` upserted (`op` c, r, u), `before` deleted.
+fn debezium_change_of(value: &str) -> Option<Change> {
+    let mut envelope: serde_json::Value = serde_json::from_str(value).ok()?;
+    // With schemas on, the envelope is under `payload`.
+    if let Some(payload) = envelope.get_mut("payload").map(serde_json::Value::take)
+        && payload.is_object()
+    {
+        envelope = payload;
+    }
+    match envelope.get("op")?.as_str()? {
+        "d" => Some(Change::Delete(Row::Json(
+            envelope.get("before")?.to_string(),
+        ))),
+        _ => Some(Change::Upsert(Row::Json(
+            envelope.get("after")?.to_string(),
+        ))),
+    }
+}
+
+/// What one Avro message does: its value's record is the row (upserted); an upsert
+/// topic's tombstone deletes the row its key names — an Avro record of the key columns,
+/// or (not in the wire format) the bare value of a one-column key. Undecodable values are
+/// skipped and logged.
+fn avro_change_of(
+    decoder: &crate::connectors::avro::AvroDecoder,
+    envelope: Envelope,
+    table: &StateTable,
+    key: Option<&[u8]>,
+    value: Option<&[u8]>,
+) -> Result<Option<Change>> {
+    let schema = table.schema();
+    if value.is_some() || envelope != Envelope::Upsert {
+        return Ok(match decoder.fields(value, schema)? {
+            Ok(fields) => Some(Change::Upsert(Row::Fields(fields))),
+            Err(why) => {
+                tracing::warn!("kafka table: a message skipped: {why}");
+                None
+            }
+        });
+    }
+    let Some(key) = key else {
+        return Ok(None);
+    };
+    if let Ok(fields) = decoder.fields(Some(key), schema)? {
+        return Ok(Some(Change::Delete(Row::Fields(fields))));
+    }
+    let [only] = table.pk_indices() else {
+        return Ok(None);
+    };
+    let Ok(text) = std::str::from_utf8(key) else {
+        return Ok(None);
+    };
+    let mut fields = vec![None; schema.fields().len()];
+    fields[*only] = Some(text.to_string());
+    Ok(Some(Change::Delete(Row::Fields(fields))))
 }
 
 /// A message key as a JSON object of the key columns: as it is when it is one, else (a
@@ -255,10 +312,45 @@ fn key_object(table: &StateTable, key: String) -> Option<String> {
 type KeyAndValue = (Option<Vec<u8>>, Option<Vec<u8>>);
 
 enum Change {
-    /// A row, as a JSON object.
-    Upsert(String),
-    /// The key columns of a row to delete, as a JSON object.
-    Delete(String),
+    /// A row.
+    Upsert(Row),
+    /// The key columns of a row to delete.
+    Delete(Row),
+}
+
+/// A row as a message carries it.
+enum Row {
+    /// A JSON object (or for `ENCODE CSV`, a line).
+    Json(String),
+    /// The text of each of the table's columns, decoded from Avro (`None`: NULL or not
+    /// in the record).
+    Fields(Vec<Option<String>>),
+}
+
+/// The rows of a run as a batch of `schema`, with how many did not decode.
+fn decode_rows(
+    rows: &[Row],
+    schema: &arrow::datatypes::SchemaRef,
+    format: &RecordFormat,
+) -> Result<(RecordBatch, u64)> {
+    let mut texts = Vec::new();
+    let mut fields = Vec::new();
+    for row in rows {
+        match row {
+            Row::Json(text) => texts.push(text.as_str()),
+            Row::Fields(f) => fields.push(Some(f.clone())),
+        }
+    }
+    if fields.is_empty() {
+        return records::decode(texts.into_iter(), schema, format);
+    }
+    let (batch, keep) = records::cast_fields(&fields, schema)?;
+    let malformed = keep.iter().filter(|k| !**k).count() as u64;
+    let keep = arrow::array::BooleanArray::from(keep);
+    Ok((
+        arrow::compute::filter_record_batch(&batch, &keep)?,
+        malformed,
+    ))
 }
 
 /// Applies the changes in order: runs of upserts and runs of deletes, each one write.
@@ -273,14 +365,13 @@ fn apply(table: &Arc<StateTable>, spec: &KafkaSpec, changes: Vec<Change>) -> Res
     // Decoded with every column nullable: a record missing its key is dropped below,
     // not an error for the whole batch.
     let schema = nullable(table.schema());
-    let mut run: Vec<String> = Vec::new();
+    let mut run: Vec<Row> = Vec::new();
     let mut run_is_delete = false;
-    let flush = |rows: &mut Vec<String>, delete: bool| -> Result<()> {
+    let flush = |rows: &mut Vec<Row>, delete: bool| -> Result<()> {
         if rows.is_empty() {
             return Ok(());
         }
-        let (batch, malformed) =
-            records::decode(rows.iter().map(String::as_str), &schema, &format)?;
+        let (batch, malformed) = decode_rows(rows, &schema, &format)?;
         // A row without its whole key cannot be stored (or deleted), nor one with a NULL
         // where the table allows none.
         let required: Vec<usize> = if delete {

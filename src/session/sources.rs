@@ -137,6 +137,49 @@ pub(super) fn create_source(session: &Session, create: CreateSource) -> Result<O
     Ok(Outcome::Command("CREATE SOURCE".into()))
 }
 
+/// For a kafka table `ENCODE AVRO (schema.registry = '...')`: the registry must answer
+/// for the topic's value subject, and each of the table's columns be a field of its
+/// latest schema.
+pub(super) fn check_avro_table_columns(
+    rel: &crate::catalog::Relation,
+    options: &std::collections::BTreeMap<String, String>,
+) -> Result<()> {
+    let url = options
+        .get("encode.schema.registry")
+        .or_else(|| options.get("schema.registry"))
+        .ok_or_else(|| {
+            EddyError::new(
+                sqlstate::INVALID_PARAMETER_VALUE,
+                "ENCODE AVRO needs its schema registry: ENCODE AVRO (schema.registry = 'http://...')",
+            )
+        })?;
+    let topic = options.get("topic").ok_or_else(|| {
+        EddyError::new(
+            sqlstate::INVALID_PARAMETER_VALUE,
+            "a kafka table needs option topic",
+        )
+    })?;
+    let registry = crate::connectors::schema_registry::SchemaRegistry::new(url)?;
+    let (_, text) = registry.latest(&crate::connectors::avro::value_subject(topic))?;
+    let fields =
+        crate::connectors::avro::columns_of(&crate::connectors::avro::parse_schema(&text)?)?;
+    for column in &rel.columns {
+        if !fields
+            .iter()
+            .any(|f| f.name.eq_ignore_ascii_case(&column.name))
+        {
+            return Err(EddyError::new(
+                sqlstate::UNDEFINED_COLUMN,
+                format!(
+                    "column \"{}\" is not a field of the Avro schema of topic \"{topic}\"",
+                    column.name
+                ),
+            ));
+        }
+    }
+    Ok(())
+}
+
 /// For a kafka source `ENCODE AVRO (schema.registry = '...')`: the latest schema of the
 /// topic's value subject is fetched (the registry must answer, and the subject exist),
 /// and when the statement declares no columns but `INCLUDE`d ones, the record's fields

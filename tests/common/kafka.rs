@@ -145,6 +145,24 @@ impl KafkaBroker {
         producer.flush(Duration::from_secs(30)).unwrap();
     }
 
+    /// Sends `(key, value)` messages with binary keys and values (no value: a tombstone)
+    /// to partition 0, in order.
+    pub fn produce_raw_changes(&self, topic: &str, messages: &[(Vec<u8>, Option<Vec<u8>>)]) {
+        let producer: BaseProducer = ClientConfig::new()
+            .set("bootstrap.servers", &self.address)
+            .create()
+            .unwrap();
+        for (key, value) in messages {
+            let mut record: BaseRecord<'_, [u8], [u8]> =
+                BaseRecord::to(topic).key(key.as_slice()).partition(0);
+            if let Some(value) = value {
+                record = record.payload(value.as_slice());
+            }
+            producer.send(record).map_err(|(e, _)| e).unwrap();
+        }
+        producer.flush(Duration::from_secs(30)).unwrap();
+    }
+
     /// Sends `(partition, key, value)` messages, each with header `h` = its key.
     pub fn produce_keyed(&self, topic: &str, messages: &[(i32, String, String)]) {
         use rdkafka::message::{Header, OwnedHeaders};
