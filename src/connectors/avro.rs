@@ -66,6 +66,27 @@ pub fn columns_of(schema: &Schema) -> Result<Vec<Column>> {
         .collect()
 }
 
+/// The columns of the row record inside a Debezium envelope schema (the record a
+/// `before` or `after` field holds).
+pub fn debezium_row_columns(schema: &Schema) -> Result<Vec<Column>> {
+    let Schema::Record(envelope) = schema else {
+        return Err(unsupported("a Debezium value schema must be a record"));
+    };
+    let row = envelope
+        .fields
+        .iter()
+        .filter(|f| f.name == "before" || f.name == "after")
+        .find_map(|f| match &f.schema {
+            Schema::Union(u) => u.variants().iter().find(|v| matches!(v, Schema::Record(_))),
+            record @ Schema::Record(_) => Some(record),
+            _ => None,
+        })
+        .ok_or_else(|| {
+            unsupported("a Debezium value schema needs a record in its before or after field")
+        })?;
+    columns_of(row)
+}
+
 /// The column type of an Avro type, and whether it admits NULL (a union with `null`).
 fn sql_type_of(schema: &Schema) -> Result<(SqlType, bool)> {
     Ok(match schema {
@@ -157,6 +178,22 @@ impl AvroDecoder {
         value: Option<&[u8]>,
         columns: &arrow::datatypes::Schema,
     ) -> Result<std::result::Result<Vec<Option<String>>, String>> {
+        let (id, schema, fields) = match self.record(value)? {
+            Ok(decoded) => decoded,
+            Err(why) => return Ok(Err(why)),
+        };
+        let Schema::Record(record) = schema.as_ref() else {
+            return Ok(Err(format!("schema {id} is not a record")));
+        };
+        Ok(Ok(column_texts(&fields, record, columns)))
+    }
+
+    /// A value's record: the writer schema's id, the schema, and the record's fields.
+    #[allow(clippy::type_complexity)]
+    fn record(
+        &self,
+        value: Option<&[u8]>,
+    ) -> Result<std::result::Result<(u32, Arc<Schema>, Vec<(String, Value)>), String>> {
         let Some(value) = value else {
             return Ok(Err("no value (a tombstone)".into()));
         };
@@ -167,32 +204,100 @@ impl AvroDecoder {
         }
         let id = u32::from_be_bytes(value[1..5].try_into().expect("4 bytes"));
         let schema = self.schema(id)?;
-        let fields = match apache_avro::from_avro_datum(&schema, &mut &value[5..], None) {
-            Ok(Value::Record(fields)) => fields,
-            Ok(_) => return Ok(Err(format!("schema {id} is not a record"))),
-            Err(e) => return Ok(Err(format!("does not decode with schema {id}: {e}"))),
-        };
-        let Schema::Record(record) = schema.as_ref() else {
-            return Ok(Err(format!("schema {id} is not a record")));
-        };
-        let position = |name: &str| {
-            record.lookup.get(name).copied().or_else(|| {
-                record
-                    .fields
-                    .iter()
-                    .position(|f| f.name.eq_ignore_ascii_case(name))
-            })
-        };
-        Ok(Ok(columns
-            .fields()
-            .iter()
-            .map(|column| {
-                position(column.name())
-                    .and_then(|i| Some((fields.get(i)?, &record.fields.get(i)?.schema)))
-                    .and_then(|(field, schema)| text_of(&field.1, schema))
-            })
-            .collect()))
+        Ok(
+            match apache_avro::from_avro_datum(&schema, &mut &value[5..], None) {
+                Ok(Value::Record(fields)) => Ok((id, schema, fields)),
+                Ok(_) => Err(format!("schema {id} is not a record")),
+                Err(e) => Err(format!("does not decode with schema {id}: {e}")),
+            },
+        )
     }
+
+    /// A Debezium change envelope (`before`, `after`, `op`) in Avro: its operation and
+    /// the text of `columns` in each row it carries.
+    pub fn debezium(
+        &self,
+        value: Option<&[u8]>,
+        columns: &arrow::datatypes::Schema,
+    ) -> Result<std::result::Result<DebeziumChange, String>> {
+        let (id, schema, fields) = match self.record(value)? {
+            Ok(decoded) => decoded,
+            Err(why) => return Ok(Err(why)),
+        };
+        let not_envelope = || format!("schema {id} is not a Debezium envelope");
+        let Schema::Record(envelope) = schema.as_ref() else {
+            return Ok(Err(not_envelope()));
+        };
+        // The row record is defined inline in one of `before` and `after`, named in the
+        // other.
+        let row_schema = ["before", "after"].iter().find_map(|name| {
+            let field = envelope.fields.get(*envelope.lookup.get(*name)?)?;
+            match &field.schema {
+                Schema::Union(u) => u.variants().iter().find_map(|v| match v {
+                    Schema::Record(r) => Some(r),
+                    _ => None,
+                }),
+                Schema::Record(r) => Some(r),
+                _ => None,
+            }
+        });
+        let Some(row_schema) = row_schema else {
+            return Ok(Err(not_envelope()));
+        };
+        let field = |name: &str| fields.iter().find(|(n, _)| n == name).map(|(_, v)| v);
+        let row = |name: &str| -> Option<Vec<Option<String>>> {
+            let mut value = field(name)?;
+            while let Value::Union(_, inner) = value {
+                value = inner;
+            }
+            match value {
+                Value::Record(row) => Some(column_texts(row, row_schema, columns)),
+                _ => None,
+            }
+        };
+        let op = match field("op") {
+            Some(Value::String(op)) | Some(Value::Enum(_, op)) => op.clone(),
+            _ => return Ok(Err(not_envelope())),
+        };
+        Ok(Ok(DebeziumChange {
+            op,
+            before: row("before"),
+            after: row("after"),
+        }))
+    }
+}
+
+/// A Debezium change: `op` (`c`, `r`, `u`, `d`) and the rows before and after it.
+pub struct DebeziumChange {
+    pub op: String,
+    pub before: Option<Vec<Option<String>>>,
+    pub after: Option<Vec<Option<String>>>,
+}
+
+/// The text of each of `columns` in a record's fields, matched by name (exactly, else
+/// ignoring case).
+fn column_texts(
+    fields: &[(String, Value)],
+    record: &apache_avro::schema::RecordSchema,
+    columns: &arrow::datatypes::Schema,
+) -> Vec<Option<String>> {
+    let position = |name: &str| {
+        record.lookup.get(name).copied().or_else(|| {
+            record
+                .fields
+                .iter()
+                .position(|f| f.name.eq_ignore_ascii_case(name))
+        })
+    };
+    columns
+        .fields()
+        .iter()
+        .map(|column| {
+            position(column.name())
+                .and_then(|i| Some((fields.get(i)?, &record.fields.get(i)?.schema)))
+                .and_then(|(field, schema)| text_of(&field.1, schema))
+        })
+        .collect()
 }
 
 /// A message value as a dead letter shows it: its text if it is UTF-8 without control
@@ -244,8 +349,71 @@ impl AvroEncoder {
         Ok(Self { id, schema })
     }
 
+    /// Registers, under `subject`, Debezium's change envelope around the record of
+    /// `columns` (named `name`): `before` and `after` (each the row or null), `op` and
+    /// `ts_ms`. The encoder writes rows as bare records ([`AvroEncoder::encode_datums`]),
+    /// which [`AvroEncoder::debezium_envelope`] wraps.
+    pub fn register_debezium(
+        registry: &SchemaRegistry,
+        subject: &str,
+        name: &str,
+        columns: &arrow::datatypes::Schema,
+    ) -> Result<Self> {
+        let (envelope, row_text) = debezium_schemas(name, columns)?;
+        let id = registry.register(subject, &envelope)?;
+        Ok(Self {
+            id,
+            schema: parse_schema(&row_text)?,
+        })
+    }
+
+    /// A Debezium envelope in the wire format: `before` and `after` are bare records from
+    /// [`AvroEncoder::encode_datums`]. Avro writes a record as its fields one after the
+    /// other and a union as its branch's index then the value, so the envelope is
+    /// assembled from the rows' bytes as they are.
+    pub fn debezium_envelope(
+        &self,
+        before: Option<&[u8]>,
+        after: Option<&[u8]>,
+        op: &str,
+        ts_ms: i64,
+    ) -> Vec<u8> {
+        let mut out = vec![MAGIC_BYTE];
+        out.extend_from_slice(&self.id.to_be_bytes());
+        for row in [before, after] {
+            match row {
+                None => put_long(&mut out, 0),
+                Some(row) => {
+                    put_long(&mut out, 1);
+                    out.extend_from_slice(row);
+                }
+            }
+        }
+        put_long(&mut out, op.len() as i64);
+        out.extend_from_slice(op.as_bytes());
+        put_long(&mut out, 1);
+        put_long(&mut out, ts_ms);
+        out
+    }
+
     /// Each row of `batch` as one message value.
     pub fn encode(&self, batch: &arrow::array::RecordBatch) -> Result<Vec<Vec<u8>>> {
+        let header = self.id.to_be_bytes();
+        Ok(self
+            .encode_datums(batch)?
+            .into_iter()
+            .map(|datum| {
+                let mut out = Vec::with_capacity(5 + datum.len());
+                out.push(MAGIC_BYTE);
+                out.extend_from_slice(&header);
+                out.extend(datum);
+                out
+            })
+            .collect())
+    }
+
+    /// Each row of `batch` as a bare Avro record (no wire-format header).
+    pub fn encode_datums(&self, batch: &arrow::array::RecordBatch) -> Result<Vec<Vec<u8>>> {
         let columns = batch
             .columns()
             .iter()
@@ -266,17 +434,45 @@ impl AvroEncoder {
                         .map(|(name, values)| (name.to_string(), values[row].clone()))
                         .collect(),
                 );
-                let mut out = vec![MAGIC_BYTE];
-                out.extend_from_slice(&self.id.to_be_bytes());
-                out.extend(
-                    apache_avro::to_avro_datum(&self.schema, record).map_err(|e| {
-                        EddyError::internal(format!("cannot encode a row as Avro: {e}"))
-                    })?,
-                );
-                Ok(out)
+                apache_avro::to_avro_datum(&self.schema, record)
+                    .map_err(|e| EddyError::internal(format!("cannot encode a row as Avro: {e}")))
             })
             .collect()
     }
+}
+
+/// The JSON text of Debezium's envelope schema around the record of `columns`, and of
+/// that record's schema.
+fn debezium_schemas(name: &str, columns: &arrow::datatypes::Schema) -> Result<(String, String)> {
+    let row_text = schema_of_columns(name, columns)?;
+    let row: serde_json::Value = serde_json::from_str(&row_text)
+        .map_err(|e| EddyError::internal(format!("a row schema is not JSON: {e}")))?;
+    let row_name = row["name"].clone();
+    let envelope = serde_json::json!({
+        "type": "record",
+        "name": "Envelope",
+        "namespace": format!("eddy.{}", row_name.as_str().unwrap_or("row")),
+        "fields": [
+            {"name": "before", "type": ["null", row], "default": null},
+            {"name": "after", "type": ["null", row_name], "default": null},
+            {"name": "op", "type": "string"},
+            {"name": "ts_ms", "type": ["null", "long"], "default": null},
+        ],
+    })
+    .to_string();
+    parse_schema(&envelope)?;
+    Ok((envelope, row_text))
+}
+
+/// Avro's encoding of a `long` (and of lengths and union indexes): zig-zag, then 7 bits
+/// a byte, low bits first.
+fn put_long(out: &mut Vec<u8>, v: i64) {
+    let mut n = ((v << 1) ^ (v >> 63)) as u64;
+    while n >= 0x80 {
+        out.push((n as u8) | 0x80);
+        n >>= 7;
+    }
+    out.push(n as u8);
 }
 
 /// The Avro type of a column (before making it nullable).
@@ -532,6 +728,68 @@ fn decimal_text(bytes: &[u8], scale: usize) -> Option<String> {
 
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn a_debezium_envelope_assembled_from_row_bytes_decodes_with_its_schema() {
+        use arrow::array::{Int64Array, RecordBatch, StringArray};
+        use arrow::datatypes::{DataType, Field, Schema as ArrowSchema};
+        let columns = Arc::new(ArrowSchema::new(vec![
+            Field::new("id", DataType::Int64, false),
+            Field::new("name", DataType::Utf8, true),
+        ]));
+        let (envelope_text, row_text) = debezium_schemas("accounts", &columns).unwrap();
+        let encoder = AvroEncoder {
+            id: 7,
+            schema: parse_schema(&row_text).unwrap(),
+        };
+        let batch = RecordBatch::try_new(
+            columns.clone(),
+            vec![
+                Arc::new(Int64Array::from(vec![1, 300])),
+                Arc::new(StringArray::from(vec![Some("before"), None])),
+            ],
+        )
+        .unwrap();
+        let rows = encoder.encode_datums(&batch).unwrap();
+        let message =
+            encoder.debezium_envelope(Some(&rows[0]), Some(&rows[1]), "u", 1_700_000_000_123);
+        assert_eq!(&message[..5], &[0, 0, 0, 0, 7]);
+        let envelope = parse_schema(&envelope_text).unwrap();
+        let decoded = apache_avro::from_avro_datum(&envelope, &mut &message[5..], None).unwrap();
+        let Value::Record(fields) = decoded else {
+            panic!("{decoded:?}")
+        };
+        let texts = |v: &Value| {
+            let Value::Union(1, row) = v else {
+                panic!("{v:?}")
+            };
+            let Schema::Record(record) = parse_schema(&row_text).unwrap() else {
+                panic!()
+            };
+            let Value::Record(row) = row.as_ref() else {
+                panic!()
+            };
+            column_texts(row, &record, &columns)
+        };
+        assert_eq!(
+            texts(&fields[0].1),
+            vec![Some("1".into()), Some("before".into())]
+        );
+        assert_eq!(texts(&fields[1].1), vec![Some("300".into()), None]);
+        assert_eq!(fields[2].1, Value::String("u".into()));
+        assert_eq!(
+            fields[3].1,
+            Value::Union(1, Box::new(Value::Long(1_700_000_000_123)))
+        );
+        let created = encoder.debezium_envelope(None, Some(&rows[0]), "c", -1);
+        let Value::Record(fields) =
+            apache_avro::from_avro_datum(&envelope, &mut &created[5..], None).unwrap()
+        else {
+            panic!()
+        };
+        assert_eq!(fields[0].1, Value::Union(0, Box::new(Value::Null)));
+        assert_eq!(fields[3].1, Value::Union(1, Box::new(Value::Long(-1))));
+    }
+
     use super::*;
 
     #[test]

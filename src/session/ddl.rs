@@ -163,12 +163,8 @@ pub(super) async fn create_table(
                     &connector_options,
                 )?;
                 if let crate::connectors::kafka::PayloadFormat::Avro(_) = &spec.payload {
-                    if spec.envelope == crate::connectors::kafka::Envelope::Debezium {
-                        return Err(EddyError::not_supported(
-                            "FORMAT DEBEZIUM ENCODE AVRO is not supported yet; use FORMAT DEBEZIUM ENCODE JSON or FORMAT UPSERT ENCODE AVRO",
-                        ));
-                    }
-                    super::sources::check_avro_table_columns(&rel, &connector_options)?;
+                    let debezium = spec.envelope == crate::connectors::kafka::Envelope::Debezium;
+                    super::sources::check_avro_table_columns(&rel, &connector_options, debezium)?;
                 }
                 // Restarts can then start while the broker is unreachable.
                 rel.options.insert(

@@ -1,7 +1,7 @@
 //! Tables fed by a Kafka topic: `CREATE TABLE t (..., PRIMARY KEY (...)) WITH (connector =
-//! 'kafka', ...) FORMAT UPSERT | DEBEZIUM | PLAIN ENCODE JSON` (or `FORMAT UPSERT | PLAIN
-//! ENCODE AVRO (schema.registry = '...')`: values, and upsert keys, Avro records in
-//! Confluent's wire format; a key not in that format is the bare value of a one-column
+//! 'kafka', ...) FORMAT UPSERT | DEBEZIUM | PLAIN ENCODE JSON` (or `ENCODE AVRO
+//! (schema.registry = '...')`: values, upsert keys and Debezium envelopes as Avro records
+//! in Confluent's wire format; a key not in that format is the bare value of a one-column
 //! key). As in RisingWave, messages
 //! that update and delete rows go into a table (its primary key names the row), and views
 //! read the table's changes like any table's.
@@ -265,6 +265,16 @@ fn avro_change_of(
     value: Option<&[u8]>,
 ) -> Result<Option<Change>> {
     let schema = table.schema();
+    if envelope == Envelope::Debezium {
+        return Ok(match decoder.debezium(value, schema)? {
+            Ok(change) if change.op == "d" => change.before.map(|r| Change::Delete(Row::Fields(r))),
+            Ok(change) => change.after.map(|r| Change::Upsert(Row::Fields(r))),
+            Err(why) => {
+                tracing::warn!("kafka table: a message skipped: {why}");
+                None
+            }
+        });
+    }
     if value.is_some() || envelope != Envelope::Upsert {
         return Ok(match decoder.fields(value, schema)? {
             Ok(fields) => Some(Change::Upsert(Row::Fields(fields))),

@@ -139,10 +139,12 @@ pub(super) fn create_source(session: &Session, create: CreateSource) -> Result<O
 
 /// For a kafka table `ENCODE AVRO (schema.registry = '...')`: the registry must answer
 /// for the topic's value subject, and each of the table's columns be a field of its
-/// latest schema.
+/// latest schema (with `debezium`, of the row record in the envelope's `before` or
+/// `after`).
 pub(super) fn check_avro_table_columns(
     rel: &crate::catalog::Relation,
     options: &std::collections::BTreeMap<String, String>,
+    debezium: bool,
 ) -> Result<()> {
     let url = options
         .get("encode.schema.registry")
@@ -161,8 +163,12 @@ pub(super) fn check_avro_table_columns(
     })?;
     let registry = crate::connectors::schema_registry::SchemaRegistry::new(url)?;
     let (_, text) = registry.latest(&crate::connectors::avro::value_subject(topic))?;
-    let fields =
-        crate::connectors::avro::columns_of(&crate::connectors::avro::parse_schema(&text)?)?;
+    let schema = crate::connectors::avro::parse_schema(&text)?;
+    let fields = if debezium {
+        crate::connectors::avro::debezium_row_columns(&schema)?
+    } else {
+        crate::connectors::avro::columns_of(&schema)?
+    };
     for column in &rel.columns {
         if !fields
             .iter()

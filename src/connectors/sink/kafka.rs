@@ -6,9 +6,11 @@
 //!   object, the value the row, or no value (a tombstone) when the key's row is deleted;
 //! - `FORMAT DEBEZIUM ENCODE JSON` with `primary_key`: Debezium's change envelope,
 //!   `{"before": ..., "after": ..., "op": "c" | "u" | "d", "ts_ms": ...}`;
-//! - `FORMAT PLAIN | UPSERT ENCODE AVRO (schema.registry = '...')`: values (and upsert
-//!   keys) as Avro records in Confluent's wire format, their schemas registered under
-//!   `<topic>-value` (and `<topic>-key`) when the sink's job starts.
+//! - `FORMAT PLAIN | UPSERT | DEBEZIUM ENCODE AVRO (schema.registry = '...')`: values (and
+//!   upsert and Debezium keys) as Avro records in Confluent's wire format, their schemas
+//!   registered under `<topic>-value` (and `<topic>-key`) when the sink's job starts; a
+//!   Debezium value is the envelope record around the row's
+//!   (`AvroEncoder::debezium_envelope`).
 //!
 //! Values are encoded as the JSON file sink writes them (numbers and booleans as JSON
 //! values, decimals, timestamps and intervals as PostgreSQL's text). Plain messages are
@@ -59,10 +61,13 @@ pub struct KafkaSinkSpec {
 #[derive(Clone)]
 enum Encoding {
     Json,
-    /// Values, and keys (for `FORMAT UPSERT`), as Avro.
+    /// Values, and keys (for `FORMAT UPSERT` and `DEBEZIUM`), as Avro. With `debezium`
+    /// the value schema registered is the change envelope, and `value` writes the rows
+    /// that go into it.
     Avro {
         value: std::sync::Arc<AvroEncoder>,
         key: Option<std::sync::Arc<AvroEncoder>>,
+        debezium: bool,
     },
 }
 
@@ -136,11 +141,6 @@ impl KafkaSinkSpec {
                 if avro { "AVRO" } else { "JSON" }
             )));
         }
-        if avro && envelope == Envelope::Debezium {
-            return Err(EddyError::not_supported(
-                "FORMAT DEBEZIUM ENCODE AVRO is not supported yet; use ENCODE JSON",
-            ));
-        }
         let key = primary_key(options, context)?;
         match envelope {
             Envelope::Plain => {
@@ -176,24 +176,33 @@ impl KafkaSinkSpec {
                 invalid("ENCODE AVRO needs its schema registry: ENCODE AVRO (schema.registry = 'http://...')")
             })?;
             let registry = SchemaRegistry::new(url)?;
-            let value = AvroEncoder::register(
+            let debezium = envelope == Envelope::Debezium;
+            let register = if debezium {
+                AvroEncoder::register_debezium
+            } else {
+                AvroEncoder::register
+            };
+            let value = register(
                 &registry,
                 &super::super::avro::value_subject(&topic),
                 context.name,
                 &context.schema,
             )?;
             let key = match envelope {
-                Envelope::Upsert => Some(std::sync::Arc::new(AvroEncoder::register(
-                    &registry,
-                    &format!("{topic}-key"),
-                    &format!("{}_key", context.name),
-                    &context.schema.project(&key)?,
-                )?)),
-                _ => None,
+                Envelope::Upsert | Envelope::Debezium => {
+                    Some(std::sync::Arc::new(AvroEncoder::register(
+                        &registry,
+                        &format!("{topic}-key"),
+                        &format!("{}_key", context.name),
+                        &context.schema.project(&key)?,
+                    )?))
+                }
+                Envelope::Plain => None,
             };
             Encoding::Avro {
                 value: std::sync::Arc::new(value),
                 key,
+                debezium,
             }
         } else {
             Encoding::Json
@@ -349,10 +358,14 @@ impl KafkaSinkWriter {
                     .map(String::into_bytes)
                     .collect())
             }
-            Encoding::Avro { value, key: keys } => match (key, keys) {
+            Encoding::Avro {
+                value,
+                key: keys,
+                debezium,
+            } => match (key, keys) {
+                (false, _) if *debezium => value.encode_datums(batch),
                 (false, _) => value.encode(batch),
                 (true, Some(keys)) => keys.encode(batch),
-                // Debezium with Avro is refused when the sink is created.
                 (true, None) => Err(EddyError::internal("an Avro sink without a key schema")),
             },
         }
@@ -449,19 +462,31 @@ impl SinkWriter for KafkaSinkWriter {
                         (Some(_), Some(_)) => "u",
                         (Some(_), None) => "d",
                     };
-                    // Debezium is JSON only: the rows are JSON text.
-                    let text = |row: &Option<Encoded>| {
-                        row.as_deref()
-                            .map(String::from_utf8_lossy)
-                            .unwrap_or("null".into())
-                            .into_owned()
+                    let envelope = match &self.encoding {
+                        // The rows are bare Avro records.
+                        Encoding::Avro { value, .. } => value.debezium_envelope(
+                            before.as_deref(),
+                            after.as_deref(),
+                            code,
+                            now as i64,
+                        ),
+                        // The rows are JSON text.
+                        Encoding::Json => {
+                            let text = |row: &Option<Encoded>| {
+                                row.as_deref()
+                                    .map(String::from_utf8_lossy)
+                                    .unwrap_or("null".into())
+                                    .into_owned()
+                            };
+                            format!(
+                                "{{\"before\":{},\"after\":{},\"op\":\"{code}\",\"ts_ms\":{now}}}",
+                                text(&before),
+                                text(&after),
+                            )
+                            .into_bytes()
+                        }
                     };
-                    let envelope = format!(
-                        "{{\"before\":{},\"after\":{},\"op\":\"{code}\",\"ts_ms\":{now}}}",
-                        text(&before),
-                        text(&after),
-                    );
-                    self.send(Some(key.as_slice()), Some(envelope.as_bytes()))
+                    self.send(Some(key.as_slice()), Some(envelope.as_slice()))
                         .await?;
                 }
                 Envelope::Plain => {}
