@@ -509,7 +509,8 @@ async fn kafka_upsert_and_debezium_tables_follow_their_topics_across_a_kill() {
     client
         .batch_execute(&format!(
             "CREATE TABLE upserted (id INT PRIMARY KEY, v VARCHAR, price DECIMAL(10, 2))
-             WITH (connector = 'kafka', topic = 'upserts', properties.bootstrap.server = '{0}')
+             WITH (connector = 'kafka', topic = 'upserts', properties.bootstrap.server = '{0}',
+                   error.policy = 'dead_letter')
              FORMAT UPSERT ENCODE JSON;
              CREATE TABLE mirrored (id INT PRIMARY KEY, v VARCHAR, price DECIMAL(10, 2))
              WITH (connector = 'kafka', topic = 'changes', properties.bootstrap.server = '{0}')
@@ -542,6 +543,11 @@ async fn kafka_upsert_and_debezium_tables_follow_their_topics_across_a_kill() {
                 r#"{"id": 4}"#,
                 Some(r#"{"id": 4, "v": "four", "price": "4.00"}"#),
             ),
+            (
+                r#"{"id": 5}"#,
+                Some(r#"{"id": 5, "v": "five", "price": "abc"}"#),
+            ),
+            ("x", Some(r#"{"v": "no key"}"#)),
         ],
     );
     server = TestServer::start_in_with_args(&data_dir, &["--barrier-interval-ms", "100"]);
@@ -559,6 +565,47 @@ async fn kafka_upsert_and_debezium_tables_follow_their_topics_across_a_kill() {
         vec![vec!["2", "5.75"]],
     )
     .await;
+    // The malformed messages are counted and, with the dead-letter policy, kept with
+    // why — each once, across the kill.
+    eventually(
+        &client,
+        "SELECT name, connector, malformed_rows FROM eddy_catalog.connector_tables ORDER BY name",
+        vec![
+            vec!["mirrored", "kafka", "0"],
+            vec!["upserted", "kafka", "3"],
+        ],
+    )
+    .await;
+    let letters = view_rows(
+        &client,
+        "SELECT job, source, split, record, error FROM eddy_catalog.dead_letters ORDER BY position",
+    )
+    .await;
+    let records: Vec<&str> = letters.iter().map(|l| l[3].as_str()).collect();
+    assert_eq!(
+        records,
+        vec![
+            "not json",
+            r#"{"id": 5, "v": "five", "price": "abc"}"#,
+            r#"{"v": "no key"}"#
+        ],
+        "{letters:?}"
+    );
+    assert!(
+        letters
+            .iter()
+            .all(|l| l[..3] == ["upserted", "upserted", "0"])
+    );
+    assert!(letters[2][4].contains("lacks its key"), "{letters:?}");
+    let e = client
+        .batch_execute(&format!(
+            "CREATE TABLE badpolicy (id INT PRIMARY KEY) WITH (connector = 'kafka', topic = 'upserts', \
+             properties.bootstrap.server = '{}', error.policy = 'explode') FORMAT UPSERT ENCODE JSON",
+            broker.address
+        ))
+        .await
+        .unwrap_err();
+    assert!(e.as_db_error().unwrap().message().contains("error.policy"));
     let e = client
         .batch_execute(&format!(
             "CREATE TABLE nokey (id INT, v VARCHAR) WITH (connector = 'kafka', topic = 'upserts', \

@@ -20,6 +20,9 @@
 //! - `eddy_catalog.dead_letters`: the malformed records of every source read with
 //!   `error.policy = 'dead_letter'`, per job — the record as read, why it was skipped,
 //!   and where (split and position).
+//! - `eddy_catalog.connector_tables`: every table fed by a connector (Kafka, PostgreSQL
+//!   CDC) — its connector and how many malformed messages it skipped; a Kafka table's
+//!   dead letters (`error.policy = 'dead_letter'`) are in `dead_letters`, under its name.
 //! - `eddy_catalog.state_tables`: every internal state table of every running job — its
 //!   fragment, the operator keeping it, and the rows (keys) and bytes (keys and values)
 //!   it holds now in RocksDB, counted by scanning it.
@@ -50,6 +53,8 @@ pub struct SystemSources {
     pub checkpoints: Arc<Coordinator>,
     pub cache_budget: Arc<crate::state::CacheBudget>,
     pub store: Arc<crate::state::StateStore>,
+    /// The catalog, for the tables fed by connectors.
+    pub catalog: Arc<super::Catalog>,
 }
 
 /// Builds a system table's rows from the running system, at scan time.
@@ -94,6 +99,11 @@ impl SystemSchema {
                 table("sinks", sinks_schema(), sinks_rows),
                 table("source_splits", source_splits_schema(), source_splits_rows),
                 table("dead_letters", dead_letters_schema(), dead_letters_rows),
+                table(
+                    "connector_tables",
+                    connector_tables_schema(),
+                    connector_tables_rows,
+                ),
             ],
         }
     }
@@ -396,6 +406,27 @@ fn dead_letters_rows(sources: &SystemSources, schema: SchemaRef) -> DFResult<Rec
                 .map_err(crate::error::EddyError::into_datafusion)?;
         }
     }
+    // Tables fed by Kafka keep theirs beside their offsets.
+    for rel in sources.catalog.relations() {
+        if rel.kind != super::RelationKind::Table
+            || !rel
+                .options
+                .get("connector")
+                .is_some_and(|c| c.eq_ignore_ascii_case("kafka"))
+        {
+            continue;
+        }
+        let letters = crate::connectors::table_letters::dead_letters(&sources.store, rel.id)
+            .map_err(crate::error::EddyError::into_datafusion)?;
+        for letter in letters {
+            jobs.push(rel.name.clone());
+            names.push(rel.name.clone());
+            splits.push(letter.partition.to_string());
+            positions.push(letter.offset);
+            records.push(letter.record);
+            errors.push(letter.error);
+        }
+    }
     Ok(RecordBatch::try_new(
         schema,
         vec![
@@ -405,6 +436,43 @@ fn dead_letters_rows(sources: &SystemSources, schema: SchemaRef) -> DFResult<Rec
             Arc::new(Int64Array::from(positions)),
             Arc::new(StringArray::from(records)),
             Arc::new(StringArray::from(errors)),
+        ],
+    )?)
+}
+
+fn connector_tables_schema() -> SchemaRef {
+    Arc::new(Schema::new(vec![
+        Field::new("name", DataType::Utf8, false),
+        Field::new("connector", DataType::Utf8, false),
+        Field::new("malformed_rows", DataType::Int64, false),
+    ]))
+}
+
+/// Every table fed by a connector, with the malformed messages it skipped (as of its
+/// last applied batch).
+fn connector_tables_rows(sources: &SystemSources, schema: SchemaRef) -> DFResult<RecordBatch> {
+    let (mut names, mut connectors, mut malformed) = (vec![], vec![], vec![]);
+    let mut relations = sources.catalog.relations();
+    relations.sort_by(|a, b| a.name.cmp(&b.name));
+    for rel in relations {
+        if rel.kind != super::RelationKind::Table {
+            continue;
+        }
+        let Some(connector) = rel.options.get("connector") else {
+            continue;
+        };
+        let count = crate::connectors::table_letters::malformed_count(&sources.store, rel.id)
+            .map_err(crate::error::EddyError::into_datafusion)?;
+        names.push(rel.name.clone());
+        connectors.push(connector.to_ascii_lowercase());
+        malformed.push(count as i64);
+    }
+    Ok(RecordBatch::try_new(
+        schema,
+        vec![
+            Arc::new(StringArray::from(names)),
+            Arc::new(StringArray::from(connectors)),
+            Arc::new(Int64Array::from(malformed)),
         ],
     )?)
 }

@@ -19,6 +19,7 @@ pub mod processing_time;
 pub mod records;
 pub mod schema_registry;
 pub mod sink;
+pub mod table_letters;
 pub mod values;
 
 use crate::error::{EddyError, Result, sqlstate};

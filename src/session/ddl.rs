@@ -158,10 +158,8 @@ pub(super) async fn create_table(
                         "a table fed by kafka needs a PRIMARY KEY (the rows its messages upsert)",
                     ));
                 }
-                let spec = crate::connectors::kafka::KafkaSpec::from_options(
-                    &rel.arrow_schema(),
-                    &connector_options,
-                )?;
+                let spec =
+                    super::kafka_tables::table_spec(&rel.arrow_schema(), &connector_options)?;
                 if let crate::connectors::kafka::PayloadFormat::Avro(_) = &spec.payload {
                     let debezium = spec.envelope == crate::connectors::kafka::Envelope::Debezium;
                     super::sources::check_avro_table_columns(&rel, &connector_options, debezium)?;

@@ -20,6 +20,7 @@ use super::Engine;
 use crate::catalog::{Relation, RelationKind};
 use crate::connectors::kafka::{Envelope, KafkaSpec};
 use crate::connectors::records::{self, RecordFormat};
+use crate::connectors::table_letters;
 use crate::error::Result;
 use crate::state::operator_state::internal_table_id;
 use crate::state::{OperatorState, StateTable};
@@ -65,11 +66,34 @@ fn load_offsets(engine: &Engine, rel: &Relation) -> Result<HashMap<i32, i64>> {
     Ok(offsets)
 }
 
-fn store_offsets(engine: &Engine, rel: &Relation, offsets: &HashMap<i32, i64>) -> Result<()> {
+/// Writes, in one write, each partition's next offset, the count of malformed messages
+/// grown by `malformed`, and the dead letters of this batch.
+fn store_offsets(
+    engine: &Engine,
+    rel: &Relation,
+    offsets: &HashMap<i32, i64>,
+    malformed: u64,
+    letters: &[(&Received, &str)],
+) -> Result<()> {
     let state = offsets_state(engine, rel);
     let mut batch = rocksdb::WriteBatch::default();
     for (partition, next) in offsets {
         state.put_unkeyed(&mut batch, &partition.to_be_bytes(), &next.to_le_bytes());
+    }
+    if malformed > 0 {
+        let total = table_letters::malformed_count(&engine.store, rel.id)? + malformed;
+        table_letters::put_malformed_count(&state, &mut batch, total);
+    }
+    for (index, (message, why)) in letters.iter().enumerate() {
+        let letter = table_letters::TableLetter {
+            partition: message.partition,
+            offset: message.offset,
+            record: crate::connectors::avro::shown(
+                message.value.as_deref().or(message.key.as_deref()),
+            ),
+            error: why.to_string(),
+        };
+        table_letters::put_letter(&state, &mut batch, index, &letter);
     }
     engine.store.write(batch)
 }
@@ -84,9 +108,21 @@ pub fn start_all(engine: &Arc<Engine>) -> Result<()> {
     Ok(())
 }
 
+/// The Kafka reader's spec of a table's options (`error.policy` is the task's, checked
+/// here).
+pub(super) fn table_spec(
+    schema: &arrow::datatypes::SchemaRef,
+    options: &BTreeMap<String, String>,
+) -> Result<KafkaSpec> {
+    crate::connectors::error_policy(options)?;
+    let mut options = options.clone();
+    options.remove(crate::connectors::ERROR_POLICY_OPTION);
+    KafkaSpec::from_options(schema, &options)
+}
+
 /// Starts (or restarts) a table's task.
 pub(super) fn start(engine: &Arc<Engine>, rel: &Relation) -> Result<()> {
-    let spec = KafkaSpec::from_options(&rel.arrow_schema(), &rel.options)?;
+    let spec = table_spec(&rel.arrow_schema(), &rel.options)?;
     let (stop, stopped) = watch::channel(false);
     if let Some(old) = engine.cdc.insert_task(&rel.name, stop) {
         old.send_replace(true);
@@ -95,6 +131,7 @@ pub(super) fn start(engine: &Arc<Engine>, rel: &Relation) -> Result<()> {
         engine: Arc::downgrade(engine),
         rel: rel.clone(),
         spec,
+        error_policy: crate::connectors::error_policy(&rel.options)?,
     };
     tokio::spawn(task.run(stopped));
     Ok(())
@@ -113,6 +150,8 @@ struct KafkaTableTask {
     engine: Weak<Engine>,
     rel: Relation,
     spec: KafkaSpec,
+    /// With `error.policy = 'dead_letter'`, malformed messages are kept.
+    error_policy: crate::connectors::ErrorPolicy,
 }
 
 impl KafkaTableTask {
@@ -173,14 +212,19 @@ impl KafkaTableTask {
             *consumer = Some(self.open(engine)?);
         }
         let reader = consumer.as_ref().expect("opened above");
-        let mut messages: Vec<KeyAndValue> = Vec::new();
+        let mut messages: Vec<Received> = Vec::new();
         let mut offsets = HashMap::new();
         while messages.len() < BATCH_MESSAGES {
             match reader.poll(Duration::ZERO) {
                 None => break,
                 Some(Ok(m)) => {
                     offsets.insert(m.partition(), m.offset() + 1);
-                    messages.push((m.key().map(<[u8]>::to_vec), m.payload().map(<[u8]>::to_vec)));
+                    messages.push(Received {
+                        partition: m.partition(),
+                        offset: m.offset(),
+                        key: m.key().map(<[u8]>::to_vec),
+                        value: m.payload().map(<[u8]>::to_vec),
+                    });
                 }
                 Some(Err(e)) => {
                     tracing::warn!(table = %self.rel.name, "kafka: {e}");
@@ -193,49 +237,109 @@ impl KafkaTableTask {
         }
         let table = engine.schema_provider.state_table_for(&self.rel)?;
         let mut changes: Vec<Change> = Vec::with_capacity(messages.len());
-        for (key, value) in &messages {
-            if let Some(change) = self.change_of(&table, key.as_deref(), value.as_deref())? {
-                changes.push(change);
+        let mut rejected: Vec<(usize, String)> = Vec::new();
+        for (i, m) in messages.iter().enumerate() {
+            let change = match &self.spec.payload {
+                crate::connectors::kafka::PayloadFormat::Avro(decoder) => avro_change_of(
+                    decoder,
+                    self.spec.envelope,
+                    &table,
+                    m.key.as_deref(),
+                    m.value.as_deref(),
+                )?,
+                _ => json_change_of(
+                    self.spec.envelope,
+                    &table,
+                    m.key.as_deref(),
+                    m.value.as_deref(),
+                ),
+            };
+            match change {
+                Ok(Some((delete, row))) => changes.push(Change {
+                    delete,
+                    row,
+                    message: i,
+                }),
+                Ok(None) => {}
+                Err(why) => rejected.push((i, why)),
             }
         }
-        apply(&table, &self.spec, changes)?;
-        // After the rows: a checkpoint never holds offsets ahead of them.
-        store_offsets(engine, &self.rel, &offsets)?;
+        rejected.extend(apply(&table, &self.spec, changes)?);
+        if !rejected.is_empty() {
+            tracing::warn!(
+                table = %self.rel.name,
+                "kafka table: {} messages skipped (not decodable, or missing required columns)",
+                rejected.len()
+            );
+        }
+        // After the rows: a checkpoint never holds offsets ahead of them. The malformed
+        // messages' count and dead letters go in the same write as the offsets.
+        let letters = match self.error_policy {
+            crate::connectors::ErrorPolicy::DeadLetter => rejected
+                .iter()
+                .map(|(i, why)| (&messages[*i], why.as_str()))
+                .collect(),
+            crate::connectors::ErrorPolicy::Skip => vec![],
+        };
+        store_offsets(engine, &self.rel, &offsets, rejected.len() as u64, &letters)?;
         Ok(true)
     }
+}
 
-    /// What one message does to the table (`None`: nothing it can say, e.g. a tombstone
-    /// without a usable key). An error only when the schema registry cannot be asked:
-    /// skipping the message would lose it.
-    fn change_of(
-        &self,
-        table: &StateTable,
-        key: Option<&[u8]>,
-        value: Option<&[u8]>,
-    ) -> Result<Option<Change>> {
-        if let crate::connectors::kafka::PayloadFormat::Avro(decoder) = &self.spec.payload {
-            return avro_change_of(decoder, self.spec.envelope, table, key, value);
-        }
-        let text = |b: Option<&[u8]>| {
-            b.and_then(|b| std::str::from_utf8(b).ok())
+/// A message as read: where it was, its key and its value (either may be missing).
+struct Received {
+    partition: i32,
+    offset: i64,
+    key: Option<Vec<u8>>,
+    value: Option<Vec<u8>>,
+}
+
+/// What a message does to the table: `Ok(Some((delete, row)))`, `Ok(None)` when it says
+/// nothing (a tombstone without a key), `Err(why)` when it is malformed.
+type MessageChange = std::result::Result<Option<(bool, Row)>, String>;
+
+/// What a JSON (or CSV) message does.
+fn json_change_of(
+    envelope: Envelope,
+    table: &StateTable,
+    key: Option<&[u8]>,
+    value: Option<&[u8]>,
+) -> MessageChange {
+    let text = |b: Option<&[u8]>| -> std::result::Result<Option<String>, String> {
+        b.map(|b| {
+            std::str::from_utf8(b)
                 .map(str::to_string)
-        };
-        let json = |row: String| Row::Json(row);
-        Ok(match self.spec.envelope {
-            Envelope::Plain => text(value).map(|v| Change::Upsert(json(v))),
-            Envelope::Upsert => match text(value) {
-                Some(row) => Some(Change::Upsert(json(row))),
-                None => text(key)
-                    .and_then(|k| key_object(table, k))
-                    .map(|k| Change::Delete(json(k))),
-            },
-            Envelope::Debezium => text(value).and_then(|v| debezium_change_of(&v)),
+                .map_err(|_| "not UTF-8 text".to_string())
         })
+        .transpose()
+    };
+    match envelope {
+        Envelope::Plain => match text(value)? {
+            Some(v) => Ok(Some((false, Row::Json(v)))),
+            None => Err("no value (a tombstone)".into()),
+        },
+        Envelope::Upsert => match text(value)? {
+            Some(row) => Ok(Some((false, Row::Json(row)))),
+            None => match text(key)? {
+                Some(k) => key_object(table, k)
+                    .map(|k| Some((true, Row::Json(k))))
+                    .ok_or_else(|| {
+                        "a tombstone whose key is not a JSON object of the key columns".into()
+                    }),
+                None => Ok(None),
+            },
+        },
+        Envelope::Debezium => match text(value)? {
+            Some(v) => debezium_change_of(&v)
+                .map(Some)
+                .ok_or_else(|| "not a Debezium change envelope (op, before, after)".into()),
+            None => Ok(None), // Debezium's tombstone after a delete
+        },
     }
 }
 
 /// What a Debezium JSON envelope does: `after` upserted (`op` c, r, u), `before` deleted.
-fn debezium_change_of(value: &str) -> Option<Change> {
+fn debezium_change_of(value: &str) -> Option<(bool, Row)> {
     let mut envelope: serde_json::Value = serde_json::from_str(value).ok()?;
     // With schemas on, the envelope is under `payload`.
     if let Some(payload) = envelope.get_mut("payload").map(serde_json::Value::take)
@@ -244,61 +348,61 @@ fn debezium_change_of(value: &str) -> Option<Change> {
         envelope = payload;
     }
     match envelope.get("op")?.as_str()? {
-        "d" => Some(Change::Delete(Row::Json(
-            envelope.get("before")?.to_string(),
-        ))),
-        _ => Some(Change::Upsert(Row::Json(
-            envelope.get("after")?.to_string(),
-        ))),
+        "d" => Some((true, Row::Json(envelope.get("before")?.to_string()))),
+        _ => Some((false, Row::Json(envelope.get("after")?.to_string()))),
     }
 }
 
 /// What one Avro message does: its value's record is the row (upserted); an upsert
 /// topic's tombstone deletes the row its key names — an Avro record of the key columns,
-/// or (not in the wire format) the bare value of a one-column key. Undecodable values are
-/// skipped and logged.
+/// or (not in the wire format) the bare value of a one-column key; a Debezium envelope
+/// deletes `before` (`op` d) or upserts `after`. An error only when the schema registry
+/// cannot be asked: skipping the message would lose it.
 fn avro_change_of(
     decoder: &crate::connectors::avro::AvroDecoder,
     envelope: Envelope,
     table: &StateTable,
     key: Option<&[u8]>,
     value: Option<&[u8]>,
-) -> Result<Option<Change>> {
+) -> Result<MessageChange> {
     let schema = table.schema();
     if envelope == Envelope::Debezium {
-        return Ok(match decoder.debezium(value, schema)? {
-            Ok(change) if change.op == "d" => change.before.map(|r| Change::Delete(Row::Fields(r))),
-            Ok(change) => change.after.map(|r| Change::Upsert(Row::Fields(r))),
-            Err(why) => {
-                tracing::warn!("kafka table: a message skipped: {why}");
-                None
+        if value.is_none() {
+            return Ok(Ok(None)); // Debezium's tombstone after a delete
+        }
+        return Ok(decoder.debezium(value, schema)?.and_then(|change| {
+            let missing = || format!("a Debezium change (op {}) without its row", change.op);
+            if change.op == "d" {
+                let before = change.before.clone().ok_or_else(missing)?;
+                Ok(Some((true, Row::Fields(before))))
+            } else {
+                let after = change.after.clone().ok_or_else(missing)?;
+                Ok(Some((false, Row::Fields(after))))
             }
-        });
+        }));
     }
     if value.is_some() || envelope != Envelope::Upsert {
-        return Ok(match decoder.fields(value, schema)? {
-            Ok(fields) => Some(Change::Upsert(Row::Fields(fields))),
-            Err(why) => {
-                tracing::warn!("kafka table: a message skipped: {why}");
-                None
-            }
-        });
+        return Ok(decoder
+            .fields(value, schema)?
+            .map(|fields| Some((false, Row::Fields(fields)))));
     }
     let Some(key) = key else {
-        return Ok(None);
+        return Ok(Ok(None));
     };
     if let Ok(fields) = decoder.fields(Some(key), schema)? {
-        return Ok(Some(Change::Delete(Row::Fields(fields))));
+        return Ok(Ok(Some((true, Row::Fields(fields)))));
     }
+    let not_a_key =
+        || "a tombstone whose key is neither an Avro record nor a one-column key".to_string();
     let [only] = table.pk_indices() else {
-        return Ok(None);
+        return Ok(Err(not_a_key()));
     };
     let Ok(text) = std::str::from_utf8(key) else {
-        return Ok(None);
+        return Ok(Err(not_a_key()));
     };
     let mut fields = vec![None; schema.fields().len()];
     fields[*only] = Some(text.to_string());
-    Ok(Some(Change::Delete(Row::Fields(fields))))
+    Ok(Ok(Some((true, Row::Fields(fields)))))
 }
 
 /// A message key as a JSON object of the key columns: as it is when it is one, else (a
@@ -318,14 +422,12 @@ fn key_object(table: &StateTable, key: String) -> Option<String> {
     }
 }
 
-/// A message's key and value (either may be missing).
-type KeyAndValue = (Option<Vec<u8>>, Option<Vec<u8>>);
-
-enum Change {
-    /// A row.
-    Upsert(Row),
-    /// The key columns of a row to delete.
-    Delete(Row),
+/// One message's change: an upsert of its row, or a delete of the row its key columns
+/// name; `message` is its index in the batch read.
+struct Change {
+    delete: bool,
+    row: Row,
+    message: usize,
 }
 
 /// A row as a message carries it.
@@ -337,35 +439,65 @@ enum Row {
     Fields(Vec<Option<String>>),
 }
 
-/// The rows of a run as a batch of `schema`, with how many did not decode.
+/// The rows of a run as a batch of `schema` (those that decode), the message each row of
+/// it came from, and the messages whose rows did not decode, with why.
+#[allow(clippy::type_complexity)]
 fn decode_rows(
-    rows: &[Row],
+    rows: &[(usize, Row)],
     schema: &arrow::datatypes::SchemaRef,
     format: &RecordFormat,
-) -> Result<(RecordBatch, u64)> {
+) -> Result<(RecordBatch, Vec<usize>, Vec<(usize, String)>)> {
     let mut texts = Vec::new();
     let mut fields = Vec::new();
-    for row in rows {
+    for (_, row) in rows {
         match row {
             Row::Json(text) => texts.push(text.as_str()),
             Row::Fields(f) => fields.push(Some(f.clone())),
         }
     }
-    if fields.is_empty() {
-        return records::decode(texts.into_iter(), schema, format);
+    let (batch, keep, reasons): (RecordBatch, Vec<bool>, Vec<String>) = if fields.is_empty() {
+        let (batch, keep) = records::decode_unfiltered(texts.iter().copied(), schema, format)?;
+        let reasons = records::rejections(&texts, &keep, schema, format)
+            .into_iter()
+            .map(|r| r.error)
+            .collect();
+        (batch, keep, reasons)
+    } else {
+        let (batch, keep) = records::cast_fields(&fields, schema)?;
+        let reasons = fields
+            .iter()
+            .zip(&keep)
+            .filter(|(_, ok)| !**ok)
+            .map(|(f, _)| records::why_not_cast(f.as_deref().unwrap_or_default(), schema))
+            .collect();
+        (batch, keep, reasons)
+    };
+    let mut reasons = reasons.into_iter();
+    let mut kept = Vec::new();
+    let mut rejected = Vec::new();
+    for ((message, _), ok) in rows.iter().zip(&keep) {
+        if *ok {
+            kept.push(*message);
+        } else {
+            rejected.push((*message, reasons.next().unwrap_or_default()));
+        }
     }
-    let (batch, keep) = records::cast_fields(&fields, schema)?;
-    let malformed = keep.iter().filter(|k| !**k).count() as u64;
     let keep = arrow::array::BooleanArray::from(keep);
     Ok((
         arrow::compute::filter_record_batch(&batch, &keep)?,
-        malformed,
+        kept,
+        rejected,
     ))
 }
 
 /// Applies the changes in order: runs of upserts and runs of deletes, each one write.
-/// Values that do not decode are skipped (and logged).
-fn apply(table: &Arc<StateTable>, spec: &KafkaSpec, changes: Vec<Change>) -> Result<()> {
+/// Returns the messages whose rows were skipped — not decodable, or without their key or
+/// a `NOT NULL` column — with why.
+fn apply(
+    table: &Arc<StateTable>,
+    spec: &KafkaSpec,
+    changes: Vec<Change>,
+) -> Result<Vec<(usize, String)>> {
     let format = match &spec.payload {
         crate::connectors::kafka::PayloadFormat::Records(f) => *f,
         // Refused at CREATE TABLE.
@@ -375,13 +507,15 @@ fn apply(table: &Arc<StateTable>, spec: &KafkaSpec, changes: Vec<Change>) -> Res
     // Decoded with every column nullable: a record missing its key is dropped below,
     // not an error for the whole batch.
     let schema = nullable(table.schema());
-    let mut run: Vec<Row> = Vec::new();
+    let mut run: Vec<(usize, Row)> = Vec::new();
     let mut run_is_delete = false;
-    let flush = |rows: &mut Vec<Row>, delete: bool| -> Result<()> {
+    let mut skipped = Vec::new();
+    let mut flush = |rows: &mut Vec<(usize, Row)>, delete: bool| -> Result<()> {
         if rows.is_empty() {
             return Ok(());
         }
-        let (batch, malformed) = decode_rows(rows, &schema, &format)?;
+        let (batch, origins, rejected) = decode_rows(rows, &schema, &format)?;
+        skipped.extend(rejected);
         // A row without its whole key cannot be stored (or deleted), nor one with a NULL
         // where the table allows none.
         let required: Vec<usize> = if delete {
@@ -393,17 +527,21 @@ fn apply(table: &Arc<StateTable>, spec: &KafkaSpec, changes: Vec<Change>) -> Res
                 })
                 .collect()
         };
-        let complete: arrow::array::BooleanArray = (0..batch.num_rows())
-            .map(|r| Some(required.iter().all(|c| batch.column(*c).is_valid(r))))
+        let complete: Vec<bool> = (0..batch.num_rows())
+            .map(|r| required.iter().all(|c| batch.column(*c).is_valid(r)))
             .collect();
-        let incomplete = complete.false_count() as u64;
-        let batch = arrow::compute::filter_record_batch(&batch, &complete)?;
-        if malformed + incomplete > 0 {
-            tracing::warn!(
-                "kafka table: {} messages skipped (not decodable, or missing required columns)",
-                malformed + incomplete
-            );
+        for (message, ok) in origins.iter().zip(&complete) {
+            if !ok {
+                let what = if delete {
+                    "its key"
+                } else {
+                    "its key or a NOT NULL column"
+                };
+                skipped.push((*message, format!("the row lacks {what}")));
+            }
         }
+        let complete = arrow::array::BooleanArray::from(complete);
+        let batch = arrow::compute::filter_record_batch(&batch, &complete)?;
         let batch = if delete {
             batch
         } else {
@@ -418,17 +556,14 @@ fn apply(table: &Arc<StateTable>, spec: &KafkaSpec, changes: Vec<Change>) -> Res
         Ok(())
     };
     for change in changes {
-        let (row, delete) = match change {
-            Change::Upsert(row) => (row, false),
-            Change::Delete(row) => (row, true),
-        };
-        if delete != run_is_delete {
+        if change.delete != run_is_delete {
             flush(&mut run, run_is_delete)?;
-            run_is_delete = delete;
+            run_is_delete = change.delete;
         }
-        run.push(row);
+        run.push((change.message, change.row));
     }
-    flush(&mut run, run_is_delete)
+    flush(&mut run, run_is_delete)?;
+    Ok(skipped)
 }
 
 /// `schema` with every column nullable.

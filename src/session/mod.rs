@@ -243,6 +243,7 @@ impl Engine {
                         checkpoints: checkpoints.clone(),
                         cache_budget: store.cache_budget().clone(),
                         store: store.clone(),
+                        catalog: catalog.clone(),
                     },
                 ))),
             )
