@@ -211,6 +211,80 @@ async fn a_transaction_larger_than_memory_holds_is_applied_exactly_across_a_kill
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_change_that_does_not_fit_the_table_is_skipped_counted_and_kept() {
+    let pg = PostgresServer::start();
+    let upstream = pg.connect().await;
+    upstream
+        .batch_execute("CREATE TABLE readings (id INT PRIMARY KEY, level INT, note TEXT)")
+        .await
+        .unwrap();
+    let temp = tempfile::tempdir().unwrap();
+    let data_dir = temp.path().join("data");
+    let args = ["--barrier-interval-ms", "100"];
+    let mut server = TestServer::start_in_with_args(&data_dir, &args);
+    let client = server.connect().await;
+    // `level` is narrower here than upstream, and `note` may not be NULL.
+    client
+        .batch_execute(&format!(
+            "CREATE TABLE readings (id INT PRIMARY KEY, level SMALLINT, note VARCHAR NOT NULL) WITH (
+                 connector = 'postgres-cdc', hostname = '127.0.0.1', port = '{}',
+                 username = 'postgres', password = '', database.name = 'postgres',
+                 table.name = 'readings', error.policy = 'dead_letter')",
+            pg.port,
+        ))
+        .await
+        .unwrap();
+    upstream
+        .batch_execute(
+            "INSERT INTO readings VALUES (1, 10, 'a'), (2, 70000, 'too big'), (3, 30, NULL), (4, 40, 'd');
+             UPDATE readings SET level = level + 1 WHERE id = 1;",
+        )
+        .await
+        .unwrap();
+    crate::streaming::wait_for_rows(
+        &client,
+        "SELECT id, level, note FROM readings ORDER BY id",
+        &[
+            vec!["1".into(), "11".into(), "a".into()],
+            vec!["4".into(), "40".into(), "d".into()],
+        ],
+    )
+    .await;
+    // Counted and kept once each, also after a kill.
+    server.kill();
+    server = TestServer::start_in_with_args(&data_dir, &args);
+    let client = server.connect().await;
+    upstream
+        .batch_execute("INSERT INTO readings VALUES (5, 50, 'e')")
+        .await
+        .unwrap();
+    crate::streaming::wait_for_rows(
+        &client,
+        "SELECT count(*) FROM readings",
+        &[vec!["3".into()]],
+    )
+    .await;
+    assert_eq!(
+        view_rows(
+            &client,
+            "SELECT connector, malformed_rows FROM eddy_catalog.connector_tables WHERE name = 'readings'"
+        )
+        .await,
+        vec![vec!["postgres-cdc", "2"]]
+    );
+    let letters = view_rows(
+        &client,
+        "SELECT job, record, error FROM eddy_catalog.dead_letters ORDER BY record",
+    )
+    .await;
+    assert_eq!(letters.len(), 2, "{letters:?}");
+    assert!(letters.iter().all(|l| l[0] == "readings"));
+    assert!(letters[0][1].contains("\"level\":\"70000\""), "{letters:?}");
+    assert!(letters[1][1].contains("\"id\":\"3\""), "{letters:?}");
+    assert!(letters[1][2].contains("\"note\" is NULL"), "{letters:?}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn cdc_table_options_and_upstream_are_checked() {
     let pg = PostgresServer::start();
     let upstream = pg.connect().await;

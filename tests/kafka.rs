@@ -6,7 +6,7 @@
 
 use crate::common::TestServer;
 use crate::common::kafka::{KafkaBroker, Received};
-use crate::streaming::{assert_same, sorted_rows_text, view_rows};
+use crate::streaming::{assert_same, sorted_rows_text, view_rows, wait_for_rows};
 use arrow::array::TimestampMicrosecondArray;
 use arrow::array::{Decimal128Array, Int32Array, Int64Array, RecordBatch, StringArray};
 use arrow::datatypes::{DataType, Field, Schema, TimeUnit};
@@ -965,22 +965,6 @@ async fn kafka_avro_source_with_a_schema_registry_is_exact_across_a_kill() {
         })
         .count();
     assert!(updates > 0, "the later events updated rows");
-}
-
-/// Polls `sql` until it returns `expected`.
-async fn wait_for_rows(client: &tokio_postgres::Client, sql: &str, expected: &[Vec<String>]) {
-    let deadline = std::time::Instant::now() + Duration::from_secs(60);
-    loop {
-        let rows = view_rows(client, sql).await;
-        if rows == expected {
-            return;
-        }
-        assert!(
-            std::time::Instant::now() < deadline,
-            "{sql}: {rows:?}, expected {expected:?}"
-        );
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -733,3 +733,23 @@ async fn malformed_records_are_kept_as_dead_letters_once() {
         .unwrap();
     assert!(view_rows(&client, letters).await.is_empty());
 }
+
+/// Polls `sql` until it returns `expected`.
+pub(crate) async fn wait_for_rows(
+    client: &tokio_postgres::Client,
+    sql: &str,
+    expected: &[Vec<String>],
+) {
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
+    loop {
+        let rows = view_rows(client, sql).await;
+        if rows == expected {
+            return;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "{sql}: {rows:?}, expected {expected:?}"
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+    }
+}

@@ -406,14 +406,9 @@ fn dead_letters_rows(sources: &SystemSources, schema: SchemaRef) -> DFResult<Rec
                 .map_err(crate::error::EddyError::into_datafusion)?;
         }
     }
-    // Tables fed by Kafka keep theirs beside their offsets.
+    // Tables fed by connectors keep theirs beside their positions.
     for rel in sources.catalog.relations() {
-        if rel.kind != super::RelationKind::Table
-            || !rel
-                .options
-                .get("connector")
-                .is_some_and(|c| c.eq_ignore_ascii_case("kafka"))
-        {
+        if rel.kind != super::RelationKind::Table || !rel.options.contains_key("connector") {
             continue;
         }
         let letters = crate::connectors::table_letters::dead_letters(&sources.store, rel.id)

@@ -51,6 +51,7 @@ const KNOWN: &[&str] = &[
     "slot.name",
     "publication.name",
     "publication.create.enable",
+    super::ERROR_POLICY_OPTION,
 ];
 
 /// Checks the options a shared `CREATE SOURCE ... WITH (connector = 'postgres-cdc')` gives
@@ -63,6 +64,7 @@ pub fn check_source_options(options: &BTreeMap<String, String>) -> Result<()> {
             )));
         }
     }
+    super::error_policy(options)?;
     for key in ["hostname", "username", "database.name"] {
         if options.get(key).is_none_or(|v| v.trim().is_empty()) {
             return Err(invalid(format!(

@@ -15,6 +15,7 @@ use super::Engine;
 use crate::catalog::Relation;
 use crate::connectors::pgoutput::{Message, Value};
 use crate::connectors::postgres_cdc::CdcSpec;
+use crate::connectors::table_letters;
 use crate::error::{EddyError, Result};
 use crate::state::operator_state::internal_table_id;
 use crate::state::{OperatorState, StateTable};
@@ -101,12 +102,37 @@ fn load_position(engine: &Engine, rel: &Relation) -> Result<u64> {
     Ok(position)
 }
 
-fn store_position(engine: &Engine, rel: &Relation, lsn: u64) -> Result<()> {
+/// Writes, in one write, the end of the last transaction applied, the count of skipped
+/// changes grown by `malformed`, and the dead letters of that transaction.
+fn store_position(
+    engine: &Engine,
+    rel: &Relation,
+    lsn: u64,
+    malformed: u64,
+    letters: &[Skipped],
+) -> Result<()> {
     let state = position_state(engine, rel);
     let mut batch = rocksdb::WriteBatch::default();
     state.put_unkeyed(&mut batch, POSITION_KEY, &lsn.to_le_bytes());
+    if malformed > 0 {
+        let total = table_letters::malformed_count(&engine.store, rel.id)? + malformed;
+        table_letters::put_malformed_count(&state, &mut batch, total);
+    }
+    for (index, (record, error)) in letters.iter().enumerate() {
+        let letter = table_letters::TableLetter {
+            partition: 0,
+            offset: lsn as i64,
+            record: record.clone(),
+            error: error.clone(),
+        };
+        table_letters::put_letter(&state, &mut batch, index, &letter);
+    }
     engine.store.write(batch)
 }
+
+/// A change that did not fit the table: its row (as a JSON object of the columns'
+/// upstream text) and why.
+type Skipped = (String, String);
 
 /// `CREATE TABLE` of a CDC table, once the relation is in the catalog: checks the
 /// upstream table, makes its publication and slot, copies its rows, starts the task.
@@ -206,6 +232,8 @@ fn start(engine: &Arc<Engine>, rel: &Relation, spec: CdcSpec) {
         written,
         committed_position,
         advanced: 0,
+        error_policy: crate::connectors::error_policy(&rel.options)
+            .unwrap_or(crate::connectors::ErrorPolicy::Skip),
     };
     tokio::spawn(task.run(stopped));
 }
@@ -219,6 +247,8 @@ struct CdcTask {
     committed_position: Arc<AtomicU64>,
     /// Where the slot was last advanced to.
     advanced: u64,
+    /// With `error.policy = 'dead_letter'`, skipped changes are kept.
+    error_policy: crate::connectors::ErrorPolicy,
 }
 
 impl CdcTask {
@@ -278,6 +308,8 @@ impl CdcTask {
         // checkpoint holds it, so a poll reads it again): its changes are skipped.
         let mut applied_before = false;
         let mut applied = false;
+        // The current transaction's changes that did not fit the table, with why.
+        let mut skipped: Vec<Skipped> = Vec::new();
         let messages = self.spec.peek(connection).await?;
         futures::pin_mut!(messages);
         while let Some(message) = futures::StreamExt::next(&mut messages).await {
@@ -294,14 +326,27 @@ impl CdcTask {
                 }
                 Message::Begin { final_lsn } => {
                     pending.clear();
+                    skipped.clear();
                     // `position` is the end of the last transaction applied: one that
                     // commits before it was applied.
                     applied_before = final_lsn < position;
                 }
                 Message::Commit { end_lsn } => {
                     if !applied_before && end_lsn > position {
-                        apply(&table, &relations, std::mem::take(&mut pending))?;
-                        store_position(engine, &self.rel, end_lsn)?;
+                        skipped.extend(apply(&table, &relations, std::mem::take(&mut pending))?);
+                        let letters = match self.error_policy {
+                            crate::connectors::ErrorPolicy::DeadLetter => skipped.as_slice(),
+                            crate::connectors::ErrorPolicy::Skip => &[],
+                        };
+                        if !skipped.is_empty() {
+                            tracing::warn!(
+                                table = %self.rel.name,
+                                "postgres-cdc: {} changes skipped (values that do not fit the table)",
+                                skipped.len()
+                            );
+                        }
+                        store_position(engine, &self.rel, end_lsn, skipped.len() as u64, letters)?;
+                        skipped.clear();
                         position = end_lsn;
                         applied = true;
                         // Read after the write: the write is in every checkpoint after
@@ -321,7 +366,7 @@ impl CdcTask {
                     // (or empties the table), so applying the whole transaction over a
                     // part of it leaves what applying it once does.
                     if pending.len() >= MAX_HELD_CHANGES {
-                        apply(&table, &relations, std::mem::take(&mut pending))?;
+                        skipped.extend(apply(&table, &relations, std::mem::take(&mut pending))?);
                     }
                 }
             }
@@ -331,19 +376,23 @@ impl CdcTask {
 }
 
 /// Applies one upstream transaction's changes to the table, in order: runs of upserts
-/// and runs of deletes, each as one write.
+/// and runs of deletes, each as one write. Returns the changes skipped because their
+/// values do not fit the table's columns (a value out of a column's range, a NULL in a
+/// `NOT NULL` column), with why.
 fn apply(
     table: &Arc<StateTable>,
     relations: &HashMap<u32, Vec<String>>,
     changes: Vec<Message>,
-) -> Result<()> {
+) -> Result<Vec<Skipped>> {
     let mut run: Vec<Vec<Option<String>>> = Vec::new();
     let mut run_is_delete = false;
-    let flush = |rows: &mut Vec<Vec<Option<String>>>, delete: bool| -> Result<()> {
+    let mut skipped = Vec::new();
+    let mut flush = |rows: &mut Vec<Vec<Option<String>>>, delete: bool| -> Result<()> {
         if rows.is_empty() {
             return Ok(());
         }
-        let batch = text_rows_to_batch(table, rows)?;
+        let (batch, unfit) = fitting_rows_to_batch(table, rows, delete);
+        skipped.extend(unfit);
         if delete {
             table.delete_rows_with_keys_of(&batch)?;
         } else {
@@ -390,7 +439,64 @@ fn apply(
         }
         run.push(in_table_order(table, upstream, row));
     }
-    flush(&mut run, run_is_delete)
+    flush(&mut run, run_is_delete)?;
+    Ok(skipped)
+}
+
+/// The rows as a batch of the table's schema, leaving out (and returning, with why) each
+/// row whose values do not cast to their columns or that lacks a value its columns need
+/// (the key; for an upsert also the `NOT NULL` columns).
+fn fitting_rows_to_batch(
+    table: &StateTable,
+    rows: &[Vec<Option<String>>],
+    delete: bool,
+) -> (RecordBatch, Vec<Skipped>) {
+    let required: Vec<usize> = if delete {
+        table.pk_indices().to_vec()
+    } else {
+        (0..table.schema().fields().len())
+            .filter(|c| !table.schema().field(*c).is_nullable() || table.pk_indices().contains(c))
+            .collect()
+    };
+    let record = |row: &[Option<String>]| {
+        let object: serde_json::Map<String, serde_json::Value> = table
+            .schema()
+            .fields()
+            .iter()
+            .zip(row)
+            .map(|(f, v)| {
+                (
+                    f.name().clone(),
+                    v.clone().map_or(serde_json::Value::Null, Into::into),
+                )
+            })
+            .collect();
+        serde_json::Value::Object(object).to_string()
+    };
+    let mut fitting = Vec::with_capacity(rows.len());
+    let mut skipped = Vec::new();
+    for row in rows {
+        if let Some(c) = required.iter().find(|c| row[**c].is_none()) {
+            let column = table.schema().field(*c).name();
+            skipped.push((record(row), format!("column \"{column}\" is NULL")));
+            continue;
+        }
+        fitting.push(row.clone());
+    }
+    // Most often every row casts: one conversion. Otherwise row by row, to tell which.
+    if let Ok(batch) = text_rows_to_batch(table, &fitting) {
+        return (batch, skipped);
+    }
+    let mut cast = Vec::with_capacity(fitting.len());
+    for row in fitting {
+        match text_rows_to_batch(table, std::slice::from_ref(&row)) {
+            Ok(_) => cast.push(row),
+            Err(e) => skipped.push((record(&row), e.to_string())),
+        }
+    }
+    let batch = text_rows_to_batch(table, &cast)
+        .unwrap_or_else(|_| RecordBatch::new_empty(table.schema().clone()));
+    (batch, skipped)
 }
 
 /// An upstream row's values in the table's column order (a TOASTed value an update did
