@@ -281,21 +281,24 @@ pub fn format_interval(months: i32, days: i32, nanos: i64) -> String {
     let mut parts: Vec<String> = Vec::new();
     let years = months / 12;
     let mons = months % 12;
-    let plural = |n: i64, unit: &str| {
-        if n == 1 || n == -1 {
-            format!("{n} {unit}")
+    // As PostgreSQL writes them: plural but for exactly 1 (`-1 days`), and once a part was
+    // negative, later positive ones signed (`-1 days +02:00:00`).
+    let part = |parts: &Vec<String>, n: i64, unit: &str| {
+        let sign = if n > 0 && parts.iter().any(|p| p.starts_with('-')) {
+            "+"
         } else {
-            format!("{n} {unit}s")
-        }
+            ""
+        };
+        format!("{sign}{n} {unit}{}", if n == 1 { "" } else { "s" })
     };
     if years != 0 {
-        parts.push(plural(years as i64, "year"));
+        parts.push(part(&parts, years as i64, "year"));
     }
     if mons != 0 {
-        parts.push(plural(mons as i64, "mon"));
+        parts.push(part(&parts, mons as i64, "mon"));
     }
     if days != 0 {
-        parts.push(plural(days as i64, "day"));
+        parts.push(part(&parts, days as i64, "day"));
     }
     let micros = nanos / 1000;
     if micros != 0 || parts.is_empty() {

@@ -96,6 +96,10 @@ pub fn register(ctx: &SessionContext) {
     ctx.register_udaf(super::string_agg_by_row::udaf());
     ctx.register_udf(super::to_timestamp::udf(ctx.state().config_options()));
     ctx.register_udf(super::interval_arithmetic::udf());
+    ctx.register_udf(super::date_function::udf());
+    for f in super::integral_decimal::udfs() {
+        ctx.register_udf(f);
+    }
 }
 
 /// A function that answers NULL text whatever its arguments: Eddy has no sequences,

@@ -12,6 +12,7 @@ mod client_queries;
 mod column_names;
 mod copy;
 mod corresponding;
+mod date_function;
 mod ddl;
 pub mod drop;
 mod failover;
@@ -19,6 +20,7 @@ mod float_extremes;
 pub mod functions;
 mod hidden_columns;
 mod indexes;
+mod integral_decimal;
 mod interval_arithmetic;
 pub mod kafka_tables;
 pub mod materialized_views;
@@ -26,6 +28,7 @@ mod numeric_division;
 mod pg_semantics;
 mod regexp;
 mod round_places;
+mod rounding_casts;
 mod scalar_subqueries;
 mod scan_order;
 mod session_windows;
@@ -185,6 +188,9 @@ impl Engine {
         ctx.add_analyzer_rule(Arc::new(numeric_division::NumericDivision));
         ctx.add_analyzer_rule(Arc::new(time_literals::TimeLiterals));
         ctx.add_analyzer_rule(Arc::new(struct_casts::StructCasts));
+        ctx.add_analyzer_rule(Arc::new(rounding_casts::RoundingCasts::new(
+            integral_decimal::round_udf(),
+        )));
         ctx.register_udf(struct_casts::udf().as_ref().clone());
         ctx.catalog(DATABASE_NAME)
             .expect("default catalog exists")

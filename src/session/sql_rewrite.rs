@@ -26,6 +26,8 @@
 //! - `SESSION(relation, time_col, gap [, partition keys])`: each row with its session's
 //!   `window_start` and `window_end`, computed by the `session_start`/`session_end` window
 //!   functions ([`super::session_windows`]).
+//! - Interval literals in PostgreSQL's output form (`INTERVAL '1 day 02:00:00'`,
+//!   `'1 day 02:00:00'::interval`): read by Eddy's parser, handed on in a form Arrow reads.
 //! - `interval * number`, `number * interval`, `interval / number` with an interval
 //!   literal or cast: `eddy_interval_mul(...)` ([`super::interval_arithmetic`]).
 //! - `generate_series(...)` / `range(...)` as a whole select item (PostgreSQL's
@@ -208,6 +210,7 @@ pub fn rewrite(statement: &mut Statement) {
     let _ = statement.visit(&mut ModColumnName);
     let _ = statement.visit(&mut ModFunction);
     let _ = statement.visit(&mut JsonbCasts);
+    let _ = statement.visit(&mut IntervalLiterals);
     let _ = statement.visit(&mut JsonbValuesColumns);
     let _ = statement.visit(&mut StructFieldAccess);
     let _ = statement.visit(&mut super::interval_arithmetic::IntervalArithmetic);
@@ -233,7 +236,19 @@ fn datafusion_name(expr: &Expr) -> String {
         Expr::Cast { expr, .. } => datafusion_name(expr),
         // DataFusion names every scalar subquery alike.
         Expr::Subquery(_) => "(<subquery>)".to_string(),
-        other => other.to_string(),
+        // DataFusion leaves casts out of names wherever they are (`round(v::float8)` is
+        // named `round(v)`).
+        other => {
+            let mut without_casts = other.clone();
+            let _ =
+                datafusion::sql::sqlparser::ast::visit_expressions_mut(&mut without_casts, |e| {
+                    while let Expr::Cast { expr, .. } = e {
+                        *e = std::mem::replace(expr.as_mut(), Expr::value(Value::Null));
+                    }
+                    ControlFlow::<()>::Continue(())
+                });
+            without_casts.to_string()
+        }
     }
 }
 
@@ -355,6 +370,73 @@ impl VisitorMut for JsonbCasts {
         {
             *expr = call;
         }
+        ControlFlow::Continue(())
+    }
+}
+
+/// Interval literals in PostgreSQL's own output form (`INTERVAL '1 day 02:00:00'`,
+/// `'1 day 02:00:00'::interval`, `CAST('...' AS INTERVAL)`): DataFusion parses them while
+/// planning with Arrow's parser, which does not read the `HH:MM:SS` part. Eddy's parser
+/// ([`super::pg_semantics::parse_interval`]) reads them, and the literal is handed on as
+/// `INTERVAL '<months> months <days> days <ns> nanoseconds'`, which Arrow reads.
+struct IntervalLiterals;
+
+impl VisitorMut for IntervalLiterals {
+    type Break = ();
+
+    fn post_visit_expr(&mut self, expr: &mut Expr) -> ControlFlow<()> {
+        use datafusion::sql::sqlparser::ast::{DataType, Interval};
+        let text = match expr {
+            Expr::Cast {
+                expr: inner,
+                data_type: DataType::Interval { .. },
+                format: None,
+                ..
+            } => match inner.as_ref() {
+                Expr::Value(v) => match &v.value {
+                    Value::SingleQuotedString(text) => text.clone(),
+                    _ => return ControlFlow::Continue(()),
+                },
+                _ => return ControlFlow::Continue(()),
+            },
+            Expr::Interval(Interval {
+                value,
+                leading_field: None,
+                leading_precision: None,
+                last_field: None,
+                fractional_seconds_precision: None,
+            }) => match value.as_ref() {
+                Expr::Value(v) => match &v.value {
+                    Value::SingleQuotedString(text) => text.clone(),
+                    _ => return ControlFlow::Continue(()),
+                },
+                _ => return ControlFlow::Continue(()),
+            },
+            _ => return ControlFlow::Continue(()),
+        };
+        // What Arrow reads is left to it (fractions of units, `P1D`); only what it
+        // cannot read is rewritten.
+        use arrow::compute::kernels::cast_utils::{
+            IntervalParseConfig, IntervalUnit, parse_interval_month_day_nano_config,
+        };
+        let config = IntervalParseConfig::new(IntervalUnit::Second);
+        if parse_interval_month_day_nano_config(&text, config).is_ok() {
+            return ControlFlow::Continue(());
+        }
+        let Some(v) = super::pg_semantics::parse_interval(&text) else {
+            return ControlFlow::Continue(());
+        };
+        let canonical = format!(
+            "{} months {} days {} nanoseconds",
+            v.months, v.days, v.nanoseconds
+        );
+        *expr = Expr::Interval(Interval {
+            value: Box::new(Expr::value(Value::SingleQuotedString(canonical))),
+            leading_field: None,
+            leading_precision: None,
+            last_field: None,
+            fractional_seconds_precision: None,
+        });
         ControlFlow::Continue(())
     }
 }

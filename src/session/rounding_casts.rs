@@ -1,0 +1,98 @@
+//! A `numeric` or float cast to an integer type rounds, as in PostgreSQL (`3.7::int` is
+//! 4; `2.5::numeric::int` is 3, half away from zero; `2.5::float8::int` is 2, half to
+//! even), where Arrow's cast truncates. This analyzer rule, run after type coercion, makes
+//! such a cast round first (`round`, whose float form rounds half to even:
+//! [`super::integral_decimal`]); the cast's type does not change.
+
+use arrow::datatypes::DataType;
+use datafusion::common::config::ConfigOptions;
+use datafusion::common::tree_node::Transformed;
+use datafusion::common::{DFSchema, Result};
+use datafusion::logical_expr::expr::ScalarFunction;
+use datafusion::logical_expr::{Cast, Expr, ExprSchemable, LogicalPlan, TryCast};
+use datafusion::optimizer::AnalyzerRule;
+use std::sync::Arc;
+
+#[derive(Debug)]
+pub struct RoundingCasts {
+    round: Arc<datafusion::logical_expr::ScalarUDF>,
+}
+
+impl RoundingCasts {
+    /// With the session's `round` (PostgreSQL's rounding of floats).
+    pub fn new(round: Arc<datafusion::logical_expr::ScalarUDF>) -> Self {
+        Self { round }
+    }
+}
+
+impl AnalyzerRule for RoundingCasts {
+    fn analyze(&self, plan: LogicalPlan, _config: &ConfigOptions) -> Result<LogicalPlan> {
+        crate::plan_helpers::rewrite_expressions(plan, |expr, schema| {
+            self.round_first(expr, schema)
+        })
+        .map(|t| t.data)
+    }
+
+    fn name(&self) -> &str {
+        "eddy_rounding_casts"
+    }
+}
+
+fn is_integer(t: &DataType) -> bool {
+    matches!(
+        t,
+        DataType::Int8
+            | DataType::Int16
+            | DataType::Int32
+            | DataType::Int64
+            | DataType::UInt8
+            | DataType::UInt16
+            | DataType::UInt32
+            | DataType::UInt64
+    )
+}
+
+fn has_fraction(t: &DataType) -> bool {
+    match t {
+        DataType::Float16 | DataType::Float32 | DataType::Float64 => true,
+        DataType::Decimal128(_, s) | DataType::Decimal256(_, s) => *s > 0,
+        _ => false,
+    }
+}
+
+impl RoundingCasts {
+    fn round_first(&self, expr: Expr, schema: &DFSchema) -> Result<Transformed<Expr>> {
+        let (inner, target) = match &expr {
+            Expr::Cast(Cast { expr: inner, field }) => (inner, field.data_type()),
+            Expr::TryCast(TryCast { expr: inner, field }) => (inner, field.data_type()),
+            _ => return Ok(Transformed::no(expr)),
+        };
+        if !is_integer(target) {
+            return Ok(Transformed::no(expr));
+        }
+        let Ok(source) = inner.get_type(schema) else {
+            return Ok(Transformed::no(expr));
+        };
+        // Already rounded (the rule may see its own output again).
+        let rounded_already =
+            matches!(inner.as_ref(), Expr::ScalarFunction(f) if f.name() == "round");
+        if !has_fraction(&source) || rounded_already {
+            return Ok(Transformed::no(expr));
+        }
+        let rounded = Box::new(Expr::ScalarFunction(ScalarFunction::new_udf(
+            self.round.clone(),
+            vec![inner.as_ref().clone()],
+        )));
+        Ok(Transformed::yes(match expr {
+            Expr::Cast(Cast { field, .. }) => Expr::Cast(Cast {
+                expr: rounded,
+                field,
+            }),
+            Expr::TryCast(TryCast { field, .. }) => Expr::TryCast(TryCast {
+                expr: rounded,
+                field,
+            }),
+            other => other,
+        }))
+    }
+}
