@@ -169,7 +169,13 @@ pub(crate) async fn batch_query(
             batches.push(b);
         }
     }
-    let ctx = SessionContext::new();
+    // Literals with a fraction are exact numerics, and casts to integers round, as in
+    // PostgreSQL (and Eddy).
+    let ctx = SessionContext::new_with_config(
+        datafusion::prelude::SessionConfig::new()
+            .set_bool("datafusion.sql_parser.parse_float_as_decimal", true),
+    );
+    eddy::session::rounding_casts::install(&ctx);
     ctx.register_batch(
         "s",
         arrow::compute::concat_batches(schema, &batches).unwrap(),

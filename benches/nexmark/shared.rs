@@ -156,7 +156,11 @@ pub async fn batch_context(
     splits: usize,
     processing_time_micros: i64,
 ) -> SessionContext {
-    let ctx = SessionContext::new();
+    // Literals with a fraction are exact numerics, as in Eddy (and PostgreSQL).
+    let ctx = SessionContext::new_with_config(
+        datafusion::prelude::SessionConfig::new()
+            .set_bool("datafusion.sql_parser.parse_float_as_decimal", true),
+    );
     for source in &SOURCES {
         let schema = source.schema();
         // The connector makes every column but the processing time.
@@ -202,6 +206,7 @@ pub async fn batch_context(
         ctx.register_batch(source.name, all).expect("registered");
     }
     eddy::session::functions::register(&ctx);
+    eddy::session::rounding_casts::install(&ctx);
     ctx.sql(
         "CREATE TABLE side_input AS SELECT value AS key, CAST(value AS VARCHAR) AS value \
          FROM generate_series(0, 9999)",

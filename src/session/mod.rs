@@ -28,7 +28,7 @@ mod numeric_division;
 mod pg_semantics;
 mod regexp;
 mod round_places;
-mod rounding_casts;
+pub mod rounding_casts;
 mod scalar_subqueries;
 mod scan_order;
 mod session_windows;

@@ -96,3 +96,35 @@ impl RoundingCasts {
         }))
     }
 }
+
+/// Gives a plain DataFusion context PostgreSQL's rounding as Eddy's sessions have it
+/// (this rule, and `round`, `ceil` and `floor` as [`super::integral_decimal`] defines
+/// them): the batch references of Eddy's tests and benchmarks compute casts as Eddy does.
+pub fn install(ctx: &datafusion::prelude::SessionContext) {
+    for f in super::integral_decimal::udfs() {
+        ctx.register_udf(f);
+    }
+    ctx.add_analyzer_rule(Arc::new(RoundingCasts::new(
+        super::integral_decimal::round_udf(),
+    )));
+}
+
+#[cfg(test)]
+mod tests {
+    #[tokio::test]
+    async fn a_plain_context_rounds_casts_to_integers() {
+        let ctx = datafusion::prelude::SessionContext::new();
+        super::install(&ctx);
+        let batches = ctx
+            .sql("SELECT CAST(2.5 AS BIGINT) AS a, CAST(0.908 * x AS BIGINT) AS b, CAST(CAST(-2.5 AS DECIMAL(5, 1)) AS INT) AS c FROM (VALUES (1000.6)) AS t(x)")
+            .await
+            .unwrap()
+            .collect()
+            .await
+            .unwrap();
+        let text = arrow::util::pretty::pretty_format_batches(&batches)
+            .unwrap()
+            .to_string();
+        assert!(text.contains("| 2 | 909 | -3 |"), "{text}");
+    }
+}
