@@ -97,6 +97,7 @@ pub fn register(ctx: &SessionContext) {
     ctx.register_udf(super::to_timestamp::udf(ctx.state().config_options()));
     ctx.register_udf(super::interval_arithmetic::udf());
     ctx.register_udf(super::date_function::udf());
+    ctx.register_udf(super::format_function::udf());
     for f in super::integral_decimal::udfs() {
         ctx.register_udf(f);
     }

@@ -17,6 +17,7 @@ mod ddl;
 pub mod drop;
 mod failover;
 mod float_extremes;
+mod format_function;
 pub mod functions;
 mod hidden_columns;
 mod indexes;

@@ -9,7 +9,8 @@
 //! text a client sees for it, wherever Arrow's cast writes something else: a struct is a
 //! record `(1,"a b")` (Arrow has no such cast), a timestamp `2024-01-01 00:00:00+00:00`
 //! (not `2024-01-01T00:00:00Z`), an interval `1 day 02:00:00`, bytes `\x41`, an array
-//! `{1,2}`, a float `1e+20` or `Infinity`. Booleans, numbers, dates and times keep
+//! `{1,2}`, a float `1e+20` or `Infinity`, an unconstrained `numeric` with its own
+//! digits (`3.01`, not the column's ten fractional digits). Booleans, numbers, dates and times keep
 //! Arrow's cast, which already writes PostgreSQL's text (`true`, as PostgreSQL's cast
 //! does, not the `t` of its output).
 
@@ -59,6 +60,11 @@ impl AnalyzerRule for StructCasts {
 }
 
 fn by_position(expr: Expr, schema: &DFSchema) -> Result<Transformed<Expr>> {
+    if let Expr::ScalarFunction(call) = &expr
+        && matches!(call.name(), "concat" | "concat_ws")
+    {
+        return Ok(booleans_as_output_text(call.clone(), schema));
+    }
     let Expr::Cast(Cast { expr: inner, field }) = &expr else {
         return Ok(Transformed::no(expr));
     };
@@ -90,6 +96,30 @@ fn by_position(expr: Expr, schema: &DFSchema) -> Result<Transformed<Expr>> {
     )))
 }
 
+/// `concat` and `concat_ws` write each argument with its type's output function, as
+/// PostgreSQL's do: a boolean is `t` or `f` there (not the `true` of a cast to text).
+fn booleans_as_output_text(mut call: ScalarFunction, schema: &DFSchema) -> Transformed<Expr> {
+    let mut changed = false;
+    for arg in call.args.iter_mut() {
+        let Expr::Cast(Cast { expr: inner, .. }) = arg else {
+            continue;
+        };
+        if inner.get_type(schema).ok() == Some(DataType::Boolean) {
+            *arg = Expr::ScalarFunction(ScalarFunction::new_udf(
+                TO_TEXT_UDF.clone(),
+                vec![inner.as_ref().clone()],
+            ));
+            changed = true;
+        }
+    }
+    let expr = Expr::ScalarFunction(call);
+    if changed {
+        Transformed::yes(expr)
+    } else {
+        Transformed::no(expr)
+    }
+}
+
 /// Whether Arrow's cast of `source` to text differs from PostgreSQL's text of the value.
 fn needs_postgres_text(source: &DataType) -> bool {
     matches!(
@@ -107,7 +137,8 @@ fn needs_postgres_text(source: &DataType) -> bool {
             | DataType::Float16
             | DataType::Float32
             | DataType::Float64
-    )
+    ) || matches!(source, DataType::Decimal128(p, s)
+            if crate::catalog::types::is_unconstrained_numeric(*p, *s))
 }
 
 /// Whether two struct types (or lists of them) differ in a field's name somewhere.
