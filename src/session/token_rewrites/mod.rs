@@ -6,10 +6,12 @@
 //! - [`temporal`]: `t FOR SYSTEM_TIME AS OF PROCTIME()`, a temporal (lookup) join's table.
 //! - [`corresponding`]: `UNION CORRESPONDING [BY (...)]` (and `INTERSECT`, `EXCEPT`).
 //! - [`struct_star`]: `(v).*`, every field of a struct.
+//! - [`trim_spaces`]: `trim(BOTH FROM s)` and the like, without the characters to trim.
 
 mod corresponding;
 mod struct_star;
 mod temporal;
+mod trim_spaces;
 mod windows;
 
 pub use corresponding::CORRESPONDING_MARKER;
@@ -40,6 +42,9 @@ pub fn rewrite(sql: &str) -> Result<Option<String>> {
     }
     if upper.contains(").*") {
         rewrites.push(struct_star::struct_star);
+    }
+    if upper.contains("TRIM") {
+        rewrites.push(trim_spaces::trim_without_characters);
     }
     if rewrites.is_empty() {
         return Ok(None);

@@ -1,0 +1,34 @@
+//! `trim(BOTH FROM s)`, `trim(LEADING FROM s)`, `trim(TRAILING FROM s)` and `trim(FROM s)`:
+//! PostgreSQL's spellings without the characters to trim (spaces), which sqlparser does
+//! not parse. The characters are written out: `trim(BOTH ' ' FROM s)`.
+
+use super::{Cursor, is_word};
+use crate::error::Result;
+use datafusion::sql::sqlparser::tokenizer::{Token, Whitespace};
+
+/// `TRIM ( [BOTH | LEADING | TRAILING] FROM` starting at `start`: the same with `' '`
+/// before `FROM`.
+pub(super) fn trim_without_characters(
+    tokens: &[Token],
+    start: usize,
+) -> Result<Option<(Vec<Token>, usize)>> {
+    let mut c = Cursor::new(tokens, start);
+    if !is_word(c.next(), "TRIM") || c.next() != Some(&Token::LParen) {
+        return Ok(None);
+    }
+    let mut out = tokens[start..c.at].to_vec();
+    for side in ["BOTH", "LEADING", "TRAILING"] {
+        if is_word(c.peek(), side) {
+            out.push(c.next().expect("peeked").clone());
+            out.push(Token::Whitespace(Whitespace::Space));
+            break;
+        }
+    }
+    if !is_word(c.peek(), "FROM") {
+        return Ok(None);
+    }
+    out.push(Token::SingleQuotedString(" ".into()));
+    out.push(Token::Whitespace(Whitespace::Space));
+    out.push(c.next().expect("peeked").clone());
+    Ok(Some((out, c.at)))
+}
