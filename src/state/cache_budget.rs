@@ -101,3 +101,60 @@ impl CacheBudget {
         self.early_barriers.fetch_add(1, Ordering::Relaxed);
     }
 }
+
+/// One operator's share of the [`CacheBudget`]: the bytes it last reported, given back
+/// when it is dropped. Operators that evict whole keys after a barrier (join sides,
+/// top-N and over-window partitions) report through it.
+pub struct BudgetShare {
+    budget: std::sync::Arc<CacheBudget>,
+    reported: usize,
+}
+
+impl BudgetShare {
+    pub fn new(budget: std::sync::Arc<CacheBudget>) -> Self {
+        Self {
+            budget,
+            reported: 0,
+        }
+    }
+
+    pub fn budget(&self) -> &CacheBudget {
+        &self.budget
+    }
+
+    /// Reports the operator's memory; over the limit with changes not yet written, asks
+    /// for an early barrier, after which they are clean and can be evicted.
+    pub fn report(&mut self, resident: usize, has_changes: bool) {
+        self.budget.adjust(self.reported, resident);
+        self.reported = resident;
+        if self.budget.is_over() && has_changes {
+            self.budget.want_barrier();
+        }
+    }
+
+    /// After a barrier: the bytes this operator should evict, its share (by its part of
+    /// the memory used) of the caches' excess over their target; 0 under the limit.
+    pub fn to_free(&mut self, resident: usize) -> usize {
+        self.budget.adjust(self.reported, resident);
+        self.reported = resident;
+        if !self.budget.is_over() {
+            return 0;
+        }
+        let used = self.budget.used().max(1);
+        let excess = used.saturating_sub(self.budget.target());
+        (excess as u128 * resident as u128 / used as u128) as usize
+    }
+
+    /// Records an eviction of `count` entries, after which the operator holds `resident`.
+    pub fn evicted(&mut self, count: usize, resident: usize) {
+        self.budget.record_evictions(count);
+        self.budget.adjust(self.reported, resident);
+        self.reported = resident;
+    }
+}
+
+impl Drop for BudgetShare {
+    fn drop(&mut self) {
+        self.budget.adjust(self.reported, 0);
+    }
+}

@@ -17,7 +17,7 @@ pub mod store;
 pub mod table_log;
 pub mod transaction;
 
-pub use cache_budget::CacheBudget;
+pub use cache_budget::{BudgetShare, CacheBudget};
 pub use conflict::OnConflict;
 pub use keys::{KeyGroup, MAX_PARALLELISM, key_group_of, stable_hash};
 pub use operator_state::OperatorState;

@@ -22,11 +22,10 @@
 
 use crate::error::{EddyError, Result};
 use crate::state::keys::key_group_of;
-use crate::state::{CacheBudget, OperatorState};
+use crate::state::{BudgetShare, OperatorState};
 use datafusion::common::HashMap;
 use rocksdb::WriteBatch;
 use std::collections::BTreeMap;
-use std::sync::Arc;
 
 /// Estimated memory of a stored row besides its id and values.
 const ENTRY_BYTES: usize = 64;
@@ -67,11 +66,9 @@ pub struct SideState {
 /// What a side that evicts keys needs to read them back and to share the memory budget.
 struct SideCache {
     table: OperatorState,
-    budget: Arc<CacheBudget>,
+    budget: BudgetShare,
     /// RocksDB may hold keys that memory does not (restored or evicted ones).
     may_hold_more: bool,
-    /// Bytes already reported to the budget.
-    reported: usize,
 }
 
 impl Default for SideState {
@@ -83,14 +80,6 @@ impl Default for SideState {
             next_seq: 0,
             cache: None,
             resident_bytes: 0,
-        }
-    }
-}
-
-impl Drop for SideState {
-    fn drop(&mut self) {
-        if let Some(cache) = &self.cache {
-            cache.budget.adjust(cache.reported, 0);
         }
     }
 }
@@ -249,9 +238,8 @@ impl SideState {
         if evictable {
             self.cache = Some(SideCache {
                 table: table.clone(),
-                budget: table.store().cache_budget().clone(),
+                budget: BudgetShare::new(table.store().cache_budget().clone()),
                 may_hold_more: table.has_owned_state()?,
-                reported: 0,
             });
             return Ok(());
         }
@@ -296,7 +284,7 @@ impl SideState {
             }
         }
         if let Some(cache) = &self.cache {
-            cache.budget.record_loads(loaded);
+            cache.budget.budget().record_loads(loaded);
         }
         self.report();
         Ok(())
@@ -314,11 +302,9 @@ impl SideState {
         let Some(cache) = &mut self.cache else {
             return;
         };
-        cache.budget.adjust(cache.reported, self.resident_bytes);
-        cache.reported = self.resident_bytes;
-        if cache.budget.is_over() && !self.dirty.is_empty() {
-            cache.budget.want_barrier();
-        }
+        cache
+            .budget
+            .report(self.resident_bytes, !self.dirty.is_empty());
     }
 
     /// After a barrier (every key clean): when the caches together are over budget,
@@ -327,14 +313,10 @@ impl SideState {
         let Some(cache) = &mut self.cache else {
             return;
         };
-        cache.budget.adjust(cache.reported, self.resident_bytes);
-        cache.reported = self.resident_bytes;
-        if !cache.budget.is_over() {
+        let mut to_free = cache.budget.to_free(self.resident_bytes);
+        if to_free == 0 {
             return;
         }
-        let used = cache.budget.used().max(1);
-        let excess = used.saturating_sub(cache.budget.target());
-        let mut to_free = (excess as u128 * self.resident_bytes as u128 / used as u128) as usize;
         let mut evicted = 0;
         let mut freed = 0;
         self.keys.retain(|join_key, rows| {
@@ -355,9 +337,7 @@ impl SideState {
         });
         self.resident_bytes -= freed;
         cache.may_hold_more |= evicted > 0;
-        cache.budget.record_evictions(evicted);
-        cache.budget.adjust(cache.reported, self.resident_bytes);
-        cache.reported = self.resident_bytes;
+        cache.budget.evicted(evicted, self.resident_bytes);
     }
 }
 

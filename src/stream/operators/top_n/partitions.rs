@@ -24,7 +24,7 @@
 
 use crate::error::{EddyError, Result};
 use crate::state::keys::{key_group_of, put_len_prefixed, take_len_prefixed};
-use crate::state::{CacheBudget, OperatorState};
+use crate::state::{BudgetShare, OperatorState};
 use crate::stream::StreamChunk;
 use arrow::array::RecordBatch;
 use arrow::row::{RowConverter, Rows};
@@ -82,11 +82,9 @@ struct Pending {
 /// the other operators' caches.
 struct Backing {
     table: OperatorState,
-    budget: Arc<CacheBudget>,
+    budget: BudgetShare,
     /// The table may hold partitions that memory does not (restored or evicted ones).
     may_hold_more: bool,
-    /// Bytes already reported to the budget.
-    reported: usize,
 }
 
 pub struct Partitions {
@@ -103,14 +101,6 @@ pub struct Partitions {
 impl Default for Partitions {
     fn default() -> Self {
         Self::new(None)
-    }
-}
-
-impl Drop for Partitions {
-    fn drop(&mut self) {
-        if let Some(backing) = &self.backing {
-            backing.budget.adjust(backing.reported, 0);
-        }
     }
 }
 
@@ -194,7 +184,7 @@ impl Partitions {
         self.partitions.insert(partition.into(), loaded);
         self.load_more(partition)?;
         if let Some(b) = &self.backing {
-            b.budget.record_loads(1);
+            b.budget.budget().record_loads(1);
         }
         Ok(())
     }
@@ -491,11 +481,9 @@ impl Partitions {
         let Some(backing) = &mut self.backing else {
             return;
         };
-        backing.budget.adjust(backing.reported, self.resident_bytes);
-        backing.reported = self.resident_bytes;
-        if backing.budget.is_over() && !self.pending.is_empty() {
-            backing.budget.want_barrier();
-        }
+        backing
+            .budget
+            .report(self.resident_bytes, !self.pending.is_empty());
     }
 
     /// After a barrier (every partition clean): when the caches together are over
@@ -504,14 +492,10 @@ impl Partitions {
         let Some(backing) = &mut self.backing else {
             return;
         };
-        backing.budget.adjust(backing.reported, self.resident_bytes);
-        backing.reported = self.resident_bytes;
-        if !backing.budget.is_over() {
+        let mut to_free = backing.budget.to_free(self.resident_bytes);
+        if to_free == 0 {
             return;
         }
-        let used = backing.budget.used().max(1);
-        let excess = used.saturating_sub(backing.budget.target());
-        let mut to_free = (excess as u128 * self.resident_bytes as u128 / used as u128) as usize;
         let mut evicted = 0;
         let mut freed = 0;
         self.partitions.retain(|partition, p| {
@@ -528,9 +512,7 @@ impl Partitions {
         });
         self.resident_bytes -= freed;
         backing.may_hold_more |= evicted > 0;
-        backing.budget.record_evictions(evicted);
-        backing.budget.adjust(backing.reported, self.resident_bytes);
-        backing.reported = self.resident_bytes;
+        backing.budget.evicted(evicted, self.resident_bytes);
     }
 
     /// Connects the partitions to the state table: they are read from it as their rows
@@ -538,9 +520,8 @@ impl Partitions {
     pub fn restore(&mut self, table: &OperatorState) -> Result<()> {
         self.backing = Some(Backing {
             table: table.clone(),
-            budget: table.store().cache_budget().clone(),
+            budget: BudgetShare::new(table.store().cache_budget().clone()),
             may_hold_more: table.has_owned_state()?,
-            reported: 0,
         });
         Ok(())
     }
