@@ -28,6 +28,7 @@
 //!   functions ([`super::session_windows`]).
 //! - Interval literals in PostgreSQL's output form (`INTERVAL '1 day 02:00:00'`,
 //!   `'1 day 02:00:00'::interval`): read by Eddy's parser, handed on in a form Arrow reads.
+//! - `array_sort(a)`: NULLs last, as PostgreSQL and RisingWave sort.
 //! - `interval * number`, `number * interval`, `interval / number` with an interval
 //!   literal or cast: `eddy_interval_mul(...)` ([`super::interval_arithmetic`]).
 //! - `generate_series(...)` / `range(...)` as a whole select item (PostgreSQL's
@@ -209,6 +210,7 @@ pub fn rewrite(statement: &mut Statement) {
     let _ = statement.visit(&mut StringAggByRow);
     let _ = statement.visit(&mut ModColumnName);
     let _ = statement.visit(&mut ModFunction);
+    let _ = statement.visit(&mut ArraySortNullsLast);
     let _ = statement.visit(&mut JsonbCasts);
     let _ = statement.visit(&mut IntervalLiterals);
     let _ = statement.visit(&mut JsonbValuesColumns);
@@ -283,6 +285,30 @@ fn alias_duplicate_columns(body: &mut SetExpr) {
         } else {
             seen.push(name);
         }
+    }
+}
+
+/// `array_sort(a)` sorts ascending with NULLs last, as `ORDER BY` does (PostgreSQL's and
+/// RisingWave's `array_sort`); DataFusion's puts NULLs first unless told.
+struct ArraySortNullsLast;
+
+impl VisitorMut for ArraySortNullsLast {
+    type Break = ();
+
+    fn post_visit_expr(&mut self, expr: &mut Expr) -> ControlFlow<()> {
+        if let Expr::Function(f) = expr
+            && f.name.to_string().eq_ignore_ascii_case("array_sort")
+            && let FunctionArguments::List(list) = &mut f.args
+            && list.args.len() == 1
+        {
+            for text in ["ASC", "NULLS LAST"] {
+                list.args
+                    .push(FunctionArg::Unnamed(FunctionArgExpr::Expr(Expr::value(
+                        Value::SingleQuotedString(text.into()),
+                    ))));
+            }
+        }
+        ControlFlow::Continue(())
     }
 }
 
@@ -633,6 +659,12 @@ impl VisitorMut for LikeEscape {
         let Some(text) = v.value.clone().into_string() else {
             return ControlFlow::Continue(());
         };
+        // `ESCAPE ''`: no escape character, so a backslash is itself.
+        if escape.is_empty() {
+            **pattern = Expr::value(Value::SingleQuotedString(text.replace('\\', "\\\\")));
+            *escape_char = None;
+            return ControlFlow::Continue(());
+        }
         let mut chars = escape.chars();
         let (Some(esc), None) = (chars.next(), chars.next()) else {
             return ControlFlow::Continue(());
