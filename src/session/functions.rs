@@ -98,6 +98,7 @@ pub fn register(ctx: &SessionContext) {
     ctx.register_udf(super::interval_arithmetic::udf());
     ctx.register_udf(super::date_function::udf());
     ctx.register_udf(super::format_function::udf());
+    ctx.register_udf(super::similar_to::udf());
     for f in super::integral_decimal::udfs() {
         ctx.register_udf(f);
     }

@@ -35,6 +35,7 @@ mod scan_order;
 mod session_windows;
 pub mod set_operations;
 mod show;
+mod similar_to;
 mod sinks;
 mod sources;
 pub mod sql_rewrite;

@@ -29,6 +29,7 @@
 //! - Interval literals in PostgreSQL's output form (`INTERVAL '1 day 02:00:00'`,
 //!   `'1 day 02:00:00'::interval`): read by Eddy's parser, handed on in a form Arrow reads.
 //! - `array_sort(a)`: NULLs last, as PostgreSQL and RisingWave sort.
+//! - `x SIMILAR TO p`: PostgreSQL's whole-string match ([`super::similar_to`]).
 //! - `interval * number`, `number * interval`, `interval / number` with an interval
 //!   literal or cast: `eddy_interval_mul(...)` ([`super::interval_arithmetic`]).
 //! - `generate_series(...)` / `range(...)` as a whole select item (PostgreSQL's
@@ -211,6 +212,7 @@ pub fn rewrite(statement: &mut Statement) {
     let _ = statement.visit(&mut ModColumnName);
     let _ = statement.visit(&mut ModFunction);
     let _ = statement.visit(&mut ArraySortNullsLast);
+    let _ = statement.visit(&mut SimilarTo);
     let _ = statement.visit(&mut JsonbCasts);
     let _ = statement.visit(&mut IntervalLiterals);
     let _ = statement.visit(&mut JsonbValuesColumns);
@@ -285,6 +287,58 @@ fn alias_duplicate_columns(body: &mut SetExpr) {
         } else {
             seen.push(name);
         }
+    }
+}
+
+/// `x [NOT] SIMILAR TO p [ESCAPE e]`: `[NOT] regexp_like(x, eddy_similar_to_regex(p, e))`
+/// ([`super::similar_to`]).
+struct SimilarTo;
+
+impl VisitorMut for SimilarTo {
+    type Break = ();
+
+    fn post_visit_expr(&mut self, expr: &mut Expr) -> ControlFlow<()> {
+        let Expr::SimilarTo {
+            negated,
+            expr: text,
+            pattern,
+            escape_char,
+        } = expr
+        else {
+            return ControlFlow::Continue(());
+        };
+        let arg = |e: Expr| FunctionArg::Unnamed(FunctionArgExpr::Expr(e));
+        let call = |name: &str, args: Vec<FunctionArg>| {
+            Expr::Function(datafusion::sql::sqlparser::ast::Function {
+                name: ObjectName::from(vec![Ident::new(name)]),
+                uses_odbc_syntax: false,
+                parameters: FunctionArguments::None,
+                args: FunctionArguments::List(FunctionArgumentList {
+                    duplicate_treatment: None,
+                    args,
+                    clauses: vec![],
+                }),
+                filter: None,
+                null_treatment: None,
+                over: None,
+                within_group: vec![],
+            })
+        };
+        let mut regex_args = vec![arg(pattern.as_ref().clone())];
+        if let Some(escape) = escape_char {
+            regex_args.push(arg(Expr::Value(escape.clone())));
+        }
+        let regex = call(super::similar_to::SIMILAR_TO_REGEX, regex_args);
+        let like = call("regexp_like", vec![arg(text.as_ref().clone()), arg(regex)]);
+        *expr = if *negated {
+            Expr::UnaryOp {
+                op: datafusion::sql::sqlparser::ast::UnaryOperator::Not,
+                expr: Box::new(Expr::Nested(Box::new(like))),
+            }
+        } else {
+            like
+        };
+        ControlFlow::Continue(())
     }
 }
 
