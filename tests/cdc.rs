@@ -61,6 +61,29 @@ async fn wait_equal(eddy: &tokio_postgres::Client, upstream: &tokio_postgres::Cl
     }
 }
 
+/// The `WITH` options of a CDC table of upstream table `table` on `pg`, with `extra`
+/// options appended.
+fn cdc_with(pg: &PostgresServer, table: &str, extra: &str) -> String {
+    format!(
+        "WITH (connector = 'postgres-cdc', hostname = '127.0.0.1', port = '{}', username = 'postgres', \
+         password = '', database.name = 'postgres', table.name = '{table}'{extra})",
+        pg.port
+    )
+}
+
+/// Waits until the CDC table equals the upstream table, then checks the view over it
+/// against the same aggregate computed by PostgreSQL.
+async fn table_and_view_equal_upstream(
+    client: &tokio_postgres::Client,
+    upstream: &tokio_postgres::Client,
+) {
+    wait_equal(client, upstream).await;
+    client.batch_execute("FLUSH").await.unwrap();
+    let view = view_rows(client, "SELECT * FROM per_customer ORDER BY customer").await;
+    let expected = view_rows(upstream, &format!("{PER_CUSTOMER} ORDER BY customer")).await;
+    assert_same("view over the cdc table", &view, &expected);
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn cdc_table_follows_upstream_exactly_across_kills() {
     let pg = PostgresServer::start();
@@ -105,12 +128,9 @@ async fn cdc_table_follows_upstream_exactly_across_kills() {
     }
     upstream.batch_execute(&changes(5)).await.unwrap();
     let client = server.connect().await;
-    wait_equal(&client, &upstream).await;
     // The view over it is the aggregate PostgreSQL computes over the upstream table.
-    client.batch_execute("FLUSH").await.unwrap();
-    let view = view_rows(&client, "SELECT * FROM per_customer ORDER BY customer").await;
+    table_and_view_equal_upstream(&client, &upstream).await;
     let expected = view_rows(&upstream, &format!("{PER_CUSTOMER} ORDER BY customer")).await;
-    assert_same("view over the cdc table", &view, &expected);
     // And the PostgreSQL sink of that view: CDC -> view -> PostgreSQL, exact.
     let sunk = view_rows(
         &upstream,
@@ -176,12 +196,9 @@ async fn a_transaction_larger_than_memory_holds_is_applied_exactly_across_a_kill
     client
         .batch_execute(&format!(
             "CREATE TABLE orders (id INT PRIMARY KEY, customer INT, amount DECIMAL(12, 2), note VARCHAR,
-                 placed TIMESTAMPTZ, flag BOOLEAN, ratio DOUBLE PRECISION) WITH (
-                 connector = 'postgres-cdc', hostname = '127.0.0.1', port = '{}',
-                 username = 'postgres', password = '', database.name = 'postgres',
-                 table.name = 'orders');
+                 placed TIMESTAMPTZ, flag BOOLEAN, ratio DOUBLE PRECISION) {};
              CREATE MATERIALIZED VIEW per_customer AS {PER_CUSTOMER};",
-            pg.port,
+            cdc_with(&pg, "orders", ""),
         ))
         .await
         .unwrap();
@@ -203,11 +220,7 @@ async fn a_transaction_larger_than_memory_holds_is_applied_exactly_across_a_kill
     server = TestServer::start_in_with_args(&data_dir, &args);
     upstream.batch_execute(&changes(0)).await.unwrap();
     let client = server.connect().await;
-    wait_equal(&client, &upstream).await;
-    client.batch_execute("FLUSH").await.unwrap();
-    let view = view_rows(&client, "SELECT * FROM per_customer ORDER BY customer").await;
-    let expected = view_rows(&upstream, &format!("{PER_CUSTOMER} ORDER BY customer")).await;
-    assert_same("view over the cdc table", &view, &expected);
+    table_and_view_equal_upstream(&client, &upstream).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -226,11 +239,8 @@ async fn a_change_that_does_not_fit_the_table_is_skipped_counted_and_kept() {
     // `level` is narrower here than upstream, and `note` may not be NULL.
     client
         .batch_execute(&format!(
-            "CREATE TABLE readings (id INT PRIMARY KEY, level SMALLINT, note VARCHAR NOT NULL) WITH (
-                 connector = 'postgres-cdc', hostname = '127.0.0.1', port = '{}',
-                 username = 'postgres', password = '', database.name = 'postgres',
-                 table.name = 'readings', error.policy = 'dead_letter')",
-            pg.port,
+            "CREATE TABLE readings (id INT PRIMARY KEY, level SMALLINT, note VARCHAR NOT NULL) {}",
+            cdc_with(&pg, "readings", ", error.policy = 'dead_letter'"),
         ))
         .await
         .unwrap();
@@ -294,13 +304,7 @@ async fn cdc_table_options_and_upstream_are_checked() {
         .unwrap();
     let server = TestServer::start();
     let client = server.connect().await;
-    let with = |table: &str| {
-        format!(
-            "WITH (connector = 'postgres-cdc', hostname = '127.0.0.1', port = '{}', username = 'postgres', \
-             database.name = 'postgres', table.name = '{table}')",
-            pg.port
-        )
-    };
+    let with = |table: &str| cdc_with(&pg, table, "");
     for (sql, error) in [
         (
             format!("CREATE TABLE a (id INT, name VARCHAR) {}", with("items")),

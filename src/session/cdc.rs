@@ -391,7 +391,7 @@ fn apply(
         if rows.is_empty() {
             return Ok(());
         }
-        let (batch, unfit) = fitting_rows_to_batch(table, rows, delete);
+        let (batch, unfit) = fitting_rows_to_batch(table, std::mem::take(rows), delete);
         skipped.extend(unfit);
         if delete {
             table.delete_rows_with_keys_of(&batch)?;
@@ -448,7 +448,7 @@ fn apply(
 /// (the key; for an upsert also the `NOT NULL` columns).
 fn fitting_rows_to_batch(
     table: &StateTable,
-    rows: &[Vec<Option<String>>],
+    rows: Vec<Vec<Option<String>>>,
     delete: bool,
 ) -> (RecordBatch, Vec<Skipped>) {
     let required: Vec<usize> = if delete {
@@ -478,10 +478,10 @@ fn fitting_rows_to_batch(
     for row in rows {
         if let Some(c) = required.iter().find(|c| row[**c].is_none()) {
             let column = table.schema().field(*c).name();
-            skipped.push((record(row), format!("column \"{column}\" is NULL")));
+            skipped.push((record(&row), format!("column \"{column}\" is NULL")));
             continue;
         }
-        fitting.push(row.clone());
+        fitting.push(row);
     }
     // Most often every row casts: one conversion. Otherwise row by row, to tell which.
     if let Ok(batch) = text_rows_to_batch(table, &fitting) {

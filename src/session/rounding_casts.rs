@@ -38,25 +38,10 @@ impl AnalyzerRule for RoundingCasts {
     }
 }
 
-fn is_integer(t: &DataType) -> bool {
-    matches!(
-        t,
-        DataType::Int8
-            | DataType::Int16
-            | DataType::Int32
-            | DataType::Int64
-            | DataType::UInt8
-            | DataType::UInt16
-            | DataType::UInt32
-            | DataType::UInt64
-    )
-}
-
 fn has_fraction(t: &DataType) -> bool {
     match t {
-        DataType::Float16 | DataType::Float32 | DataType::Float64 => true,
         DataType::Decimal128(_, s) | DataType::Decimal256(_, s) => *s > 0,
-        _ => false,
+        other => other.is_floating(),
     }
 }
 
@@ -67,7 +52,7 @@ impl RoundingCasts {
             Expr::TryCast(TryCast { expr: inner, field }) => (inner, field.data_type()),
             _ => return Ok(Transformed::no(expr)),
         };
-        if !is_integer(target) {
+        if !target.is_integer() {
             return Ok(Transformed::no(expr));
         }
         let Ok(source) = inner.get_type(schema) else {
