@@ -74,6 +74,14 @@ pub struct Column {
     /// readable by name, left out of `*` (RisingWave's hidden columns).
     #[serde(default)]
     pub hidden: bool,
+    /// A table column's `DEFAULT` expression (SQL text): the value of an `INSERT` that
+    /// leaves the column out or writes `DEFAULT`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub default: Option<String>,
+    /// A stored generated column's expression (SQL text) over the row's other columns:
+    /// computed at every `INSERT` and `UPDATE`, never written directly.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub generated: Option<String>,
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize)]

@@ -61,6 +61,8 @@ pub fn columns_of(schema: &Schema) -> Result<Vec<Column>> {
                 sql_type,
                 nullable: true,
                 hidden: false,
+                default: None,
+                generated: None,
             })
         })
         .collect()

@@ -257,6 +257,8 @@ pub(super) fn view_columns(
             sql_type: SqlType::from_arrow(f),
             nullable: true,
             hidden: false,
+            default: None,
+            generated: None,
         })
         .collect())
 }
@@ -278,10 +280,31 @@ pub(super) fn columns_from_defs(
         }
         let sql_type = SqlType::from_ast(&def.data_type)?;
         let mut nullable = true;
+        let mut default = None;
+        let mut generated = None;
         for opt in &def.options {
             match &opt.option {
                 ColumnOption::NotNull => nullable = false,
                 ColumnOption::Null => nullable = true,
+                ColumnOption::Default(expr) => {
+                    super::column_values::check_default(&col_name, expr)?;
+                    default = Some(expr.to_string());
+                }
+                ColumnOption::Generated {
+                    generation_expr: Some(expr),
+                    generation_expr_mode,
+                    ..
+                } => {
+                    if matches!(
+                        generation_expr_mode,
+                        Some(ast::GeneratedExpressionMode::Virtual)
+                    ) {
+                        return Err(EddyError::not_supported(
+                            "virtual generated columns are not supported; generated columns are STORED",
+                        ));
+                    }
+                    generated = Some(expr.to_string());
+                }
                 ColumnOption::PrimaryKey(_) => {
                     if !primary_key.is_empty() {
                         return Err(multiple_primary_keys(table));
@@ -295,13 +318,21 @@ pub(super) fn columns_from_defs(
                 }
             }
         }
+        if default.is_some() && generated.is_some() {
+            return Err(EddyError::syntax(format!(
+                "both default and generation expression specified for column \"{col_name}\""
+            )));
+        }
         columns.push(Column {
             name: col_name,
             sql_type,
             nullable,
             hidden: false,
+            default,
+            generated,
         });
     }
+    super::column_values::check_generated(&columns)?;
     Ok((columns, primary_key))
 }
 

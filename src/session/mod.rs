@@ -10,6 +10,7 @@
 pub mod cdc;
 mod client_queries;
 mod column_names;
+mod column_values;
 mod copy;
 mod corresponding;
 mod date_function;
@@ -790,6 +791,20 @@ impl Session {
     async fn plan(&self, mut stmt: Statement) -> Result<LogicalPlan> {
         sql_rewrite::mark_counted_set_operations(&mut stmt);
         let state = self.engine.ctx.state();
+        let source_width = match column_values::source_to_measure(&stmt, &self.engine.catalog) {
+            Some(source) => Some(
+                state
+                    .statement_to_plan(DFStatement::Statement(Box::new(Statement::Query(
+                        Box::new(source),
+                    ))))
+                    .await?
+                    .schema()
+                    .fields()
+                    .len(),
+            ),
+            None => None,
+        };
+        column_values::rewrite(&mut stmt, &self.engine.catalog, source_width)?;
         let plan = state
             .statement_to_plan(DFStatement::Statement(Box::new(stmt)))
             .await?;
@@ -820,6 +835,9 @@ impl Session {
             .set_extension(Arc::new(crate::serving::stored_table::TransactionSlot(
                 self.open_transaction(),
             )));
+        if matches!(dml, Some(WriteOp::Update)) {
+            state = without_common_subexpressions(state);
+        }
         let df = datafusion::dataframe::DataFrame::new(state, plan);
         let schema: SchemaRef = Arc::new(df.schema().as_arrow().clone());
         let batches = df.collect().await?;
@@ -894,6 +912,23 @@ impl Session {
             ))),
         }
     }
+}
+
+/// The state without common subexpression elimination: DataFusion reads an UPDATE's
+/// assignments from the projection under its DML node, and the projection that rule adds
+/// below would leave them naming columns that do not exist (`SET a = v * 2, b = v * 2`).
+fn without_common_subexpressions(
+    state: datafusion::execution::SessionState,
+) -> datafusion::execution::SessionState {
+    let rules = state
+        .optimizers()
+        .iter()
+        .filter(|r| r.name() != "common_sub_expression_eliminate")
+        .cloned()
+        .collect();
+    datafusion::execution::session_state::SessionStateBuilder::new_from_existing(state)
+        .with_optimizer_rules(rules)
+        .build()
 }
 
 /// Renames result columns the way PostgreSQL names them.

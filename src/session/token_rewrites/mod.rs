@@ -6,9 +6,11 @@
 //! - [`temporal`]: `t FOR SYSTEM_TIME AS OF PROCTIME()`, a temporal (lookup) join's table.
 //! - [`corresponding`]: `UNION CORRESPONDING [BY (...)]` (and `INTERSECT`, `EXCEPT`).
 //! - [`struct_star`]: `(v).*`, every field of a struct.
+//! - [`generated_columns`]: `v2 int AS (v1 + 1)`, RisingWave's generated column.
 //! - [`trim_spaces`]: `trim(BOTH FROM s)` and the like, without the characters to trim.
 
 mod corresponding;
+mod generated_columns;
 mod struct_star;
 mod temporal;
 mod trim_spaces;
@@ -45,6 +47,9 @@ pub fn rewrite(sql: &str) -> Result<Option<String>> {
     }
     if upper.contains("TRIM") {
         rewrites.push(trim_spaces::trim_without_characters);
+    }
+    if upper.contains("CREATE") && upper.contains("TABLE") && upper.contains("AS") {
+        rewrites.push(generated_columns::generated_shorthand);
     }
     if rewrites.is_empty() {
         return Ok(None);
