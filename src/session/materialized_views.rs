@@ -250,16 +250,6 @@ pub(super) async fn drop(
     Ok(Outcome::Command("DROP_MATERIALIZED_VIEW".into()))
 }
 
-pub(super) fn show(session: &Session) -> Result<Outcome> {
-    text_rows(
-        "Name",
-        session
-            .engine
-            .catalog
-            .names_of_kind(RelationKind::MaterializedView),
-    )
-}
-
 /// Starts the job of every materialized view and sink, in creation order so that a view
 /// starts before the views over it. After a restored checkpoint, jobs resume from its
 /// state (those reading tables replay the tables' logged changes since it); every job

@@ -29,6 +29,7 @@ pub mod materialized_views;
 mod numeric_division;
 mod pg_semantics;
 mod regexp;
+mod returning;
 mod round_places;
 pub mod rounding_casts;
 mod scalar_subqueries;
@@ -583,7 +584,10 @@ impl Session {
                 eddy_statement: None,
             });
         };
-        let (plan, param_types, result_schema) = if runs_in_datafusion(&statement) {
+        let (plan, param_types, result_schema) = if returning::has_returning(&statement) {
+            let (param_types, schema) = returning::describe(self, &statement).await?;
+            (None, param_types, Some(schema))
+        } else if runs_in_datafusion(&statement) {
             let plan = self.plan(statement.clone()).await?;
             let types = plan.get_parameter_types().map_err(EddyError::from)?;
             let mut param_types = vec![None; types.len()];
@@ -645,6 +649,10 @@ impl Session {
         let Some(statement) = &prepared.statement else {
             return Ok(Outcome::Empty);
         };
+        if returning::has_returning(statement) {
+            self.check_not_aborted()?;
+            return returning::execute(self, statement.clone(), params).await;
+        }
         match &prepared.plan {
             Some(plan) => {
                 self.check_not_aborted()?;
@@ -763,9 +771,17 @@ impl Session {
             } => copy::start(self, source, to, target, options, legacy_options),
             Statement::ShowVariable { variable } => show::show_variable(self, &variable),
             Statement::ShowTables { .. } => show::show_tables(self),
-            Statement::ShowViews {
-                materialized: true, ..
-            } => materialized_views::show(self),
+            Statement::ShowDatabases { .. } => show::show_databases(),
+            Statement::ShowSchemas { .. } => show::show_schemas(),
+            Statement::ShowColumns { show_options, .. } => show::show_columns(self, &show_options),
+            Statement::ShowViews { materialized, .. } => show::show_list(
+                self,
+                if materialized {
+                    crate::catalog::RelationKind::MaterializedView
+                } else {
+                    crate::catalog::RelationKind::View
+                },
+            ),
             Statement::ExplainTable { table_name, .. } => show::describe(self, &table_name),
             Statement::StartTransaction { .. } => Ok(self.begin()),
             Statement::Commit { .. } => self.commit().await,
@@ -774,6 +790,7 @@ impl Session {
                 self.vars.lock().reset_all();
                 Ok(Outcome::command("DISCARD ALL"))
             }
+            stmt if returning::has_returning(&stmt) => returning::execute(self, stmt, vec![]).await,
             stmt if runs_in_datafusion(&stmt) => {
                 let plan = self.plan(stmt.clone()).await?;
                 let outcome = self.run_plan(plan).await?;
@@ -817,24 +834,30 @@ impl Session {
         Ok(plan)
     }
 
-    async fn run_plan(&self, plan: LogicalPlan) -> Result<Outcome> {
-        let dml = match &plan {
-            LogicalPlan::Dml(d) => Some(d.op.clone()),
-            _ => None,
-        };
-        // One snapshot for every materialized view the statement reads.
+    /// The state one statement runs in: one snapshot for every materialized view it
+    /// reads, and the open transaction (DML inside BEGIN ... COMMIT is staged in it and
+    /// reads see what it staged).
+    fn statement_state(&self) -> datafusion::execution::SessionState {
         let mut state = self.engine.ctx.state();
         state
             .config_mut()
             .set_extension(Arc::new(crate::state::PinnedSnapshot(
                 self.engine.checkpoints.serving().current(),
             )));
-        // DML inside BEGIN ... COMMIT is staged in the transaction.
         state
             .config_mut()
             .set_extension(Arc::new(crate::serving::stored_table::TransactionSlot(
                 self.open_transaction(),
             )));
+        state
+    }
+
+    async fn run_plan(&self, plan: LogicalPlan) -> Result<Outcome> {
+        let dml = match &plan {
+            LogicalPlan::Dml(d) => Some(d.op.clone()),
+            _ => None,
+        };
+        let mut state = self.statement_state();
         if matches!(dml, Some(WriteOp::Update)) {
             state = without_common_subexpressions(state);
         }

@@ -23,8 +23,9 @@ pub(super) fn result_schema(stmt: &Statement) -> Option<SchemaRef> {
     match stmt {
         Statement::ShowVariable { variable } => {
             let name = variable_name(variable);
-            if name.eq_ignore_ascii_case("sources")
-                || name.eq_ignore_ascii_case("materialized views")
+            if LISTS
+                .iter()
+                .any(|(list, _)| name.eq_ignore_ascii_case(list))
             {
                 utf8(&["Name"])
             } else if is_show_all(variable) {
@@ -33,10 +34,11 @@ pub(super) fn result_schema(stmt: &Statement) -> Option<SchemaRef> {
                 utf8(&[&variable_name(variable)])
             }
         }
-        Statement::ShowTables { .. } => utf8(&["Name"]),
-        Statement::ShowViews {
-            materialized: true, ..
-        } => utf8(&["Name"]),
+        Statement::ShowTables { .. }
+        | Statement::ShowDatabases { .. }
+        | Statement::ShowSchemas { .. } => utf8(&["Name"]),
+        Statement::ShowColumns { .. } => utf8(&DESCRIBE_COLUMNS),
+        Statement::ShowViews { .. } => utf8(&["Name"]),
         Statement::ExplainTable { .. } => utf8(&DESCRIBE_COLUMNS),
         Statement::Explain { statement, .. }
             if matches!(statement.as_ref(), Statement::CreateView(_)) =>
@@ -48,6 +50,17 @@ pub(super) fn result_schema(stmt: &Statement) -> Option<SchemaRef> {
 }
 
 const DESCRIBE_COLUMNS: [&str; 4] = ["Name", "Type", "Is Hidden", "Description"];
+
+/// `SHOW <list>` forms sqlparser reads as variables, and the relations each lists.
+const LISTS: [(&str, RelationKind); 4] = [
+    ("sources", RelationKind::Source),
+    ("materialized views", RelationKind::MaterializedView),
+    ("sinks", RelationKind::Sink),
+    ("views", RelationKind::View),
+];
+
+/// The schemas `SHOW SCHEMAS` lists: the one users' relations live in and the system ones.
+const SCHEMAS: [&str; 4] = ["information_schema", "pg_catalog", "public", "rw_catalog"];
 
 fn is_show_all(variable: &[Ident]) -> bool {
     variable.len() == 1 && variable[0].value.eq_ignore_ascii_case("all")
@@ -88,11 +101,11 @@ pub(super) fn show_variable(session: &Session, variable: &[Ident]) -> Result<Out
         });
     }
     let name = variable_name(variable);
-    if name.eq_ignore_ascii_case("sources") {
-        return super::sources::show_sources(session);
-    }
-    if name.eq_ignore_ascii_case("materialized views") {
-        return super::materialized_views::show(session);
+    if let Some((_, kind)) = LISTS
+        .iter()
+        .find(|(list, _)| name.eq_ignore_ascii_case(list))
+    {
+        return show_list(session, *kind);
     }
     if let Some(shown) = super::system_params::show(&session.engine, &name) {
         return shown;
@@ -105,6 +118,36 @@ pub(super) fn show_variable(session: &Session, variable: &[Ident]) -> Result<Out
         session.vars.lock().display_name(&name)
     };
     text_rows(&column, vec![value])
+}
+
+/// The names of the relations of one kind, as `SHOW TABLES` and the like list them.
+pub(super) fn show_list(session: &Session, kind: RelationKind) -> Result<Outcome> {
+    text_rows("Name", session.engine.catalog.names_of_kind(kind))
+}
+
+pub(super) fn show_databases() -> Result<Outcome> {
+    text_rows("Name", vec![crate::catalog::DATABASE_NAME.to_string()])
+}
+
+pub(super) fn show_schemas() -> Result<Outcome> {
+    text_rows("Name", SCHEMAS.iter().map(|s| s.to_string()).collect())
+}
+
+/// `SHOW COLUMNS FROM t`: what `DESCRIBE t` shows.
+pub(super) fn show_columns(
+    session: &Session,
+    options: &datafusion::sql::sqlparser::ast::ShowStatementOptions,
+) -> Result<Outcome> {
+    match options
+        .show_in
+        .as_ref()
+        .and_then(|i| i.parent_name.as_ref())
+    {
+        Some(name) => describe(session, name),
+        None => Err(EddyError::syntax(
+            "SHOW COLUMNS FROM needs a relation's name",
+        )),
+    }
 }
 
 pub(super) fn show_tables(session: &Session) -> Result<Outcome> {

@@ -5,7 +5,7 @@
 //! (see [`crate::catalog::schema_provider`]).
 
 use super::ddl::columns_from_defs;
-use super::{Outcome, Session, text_rows};
+use super::{Outcome, Session};
 use crate::catalog::SqlType;
 use crate::catalog::{Relation, RelationKind, WatermarkSpec};
 use crate::connectors::ConnectorSpec;
@@ -363,11 +363,4 @@ pub(super) fn drop_sources(
         super::drop::drop_relation(engine, &rel, cascade)?;
     }
     Ok(Outcome::Command("DROP SOURCE".into()))
-}
-
-pub(super) fn show_sources(session: &Session) -> Result<Outcome> {
-    text_rows(
-        "Name",
-        session.engine.catalog.names_of_kind(RelationKind::Source),
-    )
 }
