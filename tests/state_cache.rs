@@ -114,11 +114,13 @@ async fn join_rows_beyond_the_cache_are_evicted_and_read_back_exactly() {
 
 /// A top-N over an updating input (each key's count changes as its rows come): some
 /// 40000 partitions of about five keys each, evicted whole and read back, winners
-/// replaced as counts change.
+/// replaced as counts change. Partitions are keyed by text and ranked by an integer, a
+/// decimal and a text, so the evicted state is read back in the order of each type's
+/// encoding.
 const TOP_N_VIEWS: &[View] = &[(
     "leaders",
-    "SELECT b, k, n FROM (SELECT b, k, n, row_number() OVER (PARTITION BY b ORDER BY n DESC, k) AS rn FROM (SELECT k % 40000 AS b, k, count(*) AS n FROM gen GROUP BY k) g) r WHERE rn <= 2",
-    "SELECT b, k, n FROM (SELECT b, k, n, row_number() OVER (PARTITION BY b ORDER BY n DESC, k) AS rn FROM (SELECT k % 40000 AS b, k, count(*) AS n FROM s GROUP BY k) g) r WHERE rn <= 2",
+    "SELECT b, name, n, w FROM (SELECT b, name, n, w, row_number() OVER (PARTITION BY b ORDER BY n DESC, w DESC, name) AS rn FROM (SELECT 'p' || (k % 40000)::varchar AS b, 'k' || k::varchar AS name, count(*) AS n, sum(v) * 1.5 AS w FROM gen GROUP BY k) g) r WHERE rn <= 2",
+    "SELECT b, name, n, w FROM (SELECT b, name, n, w, row_number() OVER (PARTITION BY b ORDER BY n DESC, w DESC, name) AS rn FROM (SELECT 'p' || (k % 40000)::varchar AS b, 'k' || k::varchar AS name, count(*) AS n, sum(v) * 1.5 AS w FROM s GROUP BY k) g) r WHERE rn <= 2",
 )];
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
