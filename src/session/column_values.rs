@@ -454,7 +454,7 @@ fn generated_value(
     expression: &str,
     value_of: impl Fn(&str) -> Result<Option<Expr>>,
 ) -> Result<Expr> {
-    let mut expr = parse_expr(expression)?;
+    let mut expr = processing_time_as_now(parse_expr(expression)?);
     let mut failure = None;
     let _ = visit_expressions_mut(&mut expr, |e| {
         if let Some(name) = referenced_column(e) {
@@ -484,7 +484,8 @@ fn default_of(column: &Column) -> Result<Expr> {
     }
 }
 
-/// `proctime()` in a default (RisingWave's spelling) is the statement's time, `now()`.
+/// `proctime()` in a default or a generated column (RisingWave's spelling) is the
+/// statement's time, `now()`.
 fn processing_time_as_now(mut expr: Expr) -> Expr {
     let _ = visit_expressions_mut(&mut expr, |e| {
         if let Expr::Function(f) = e

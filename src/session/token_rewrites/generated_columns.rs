@@ -1,6 +1,6 @@
-//! RisingWave's generated-column shorthand `CREATE TABLE t (v1 int, v2 int AS (v1 + 1))`,
-//! which sqlparser does not parse: written out as PostgreSQL's
-//! `v2 int GENERATED ALWAYS AS (v1 + 1) STORED`.
+//! RisingWave's generated-column shorthand `CREATE TABLE t (v1 int, v2 int AS v1 + 1)`
+//! (the expression in parentheses or not), which sqlparser does not parse: written out
+//! as PostgreSQL's `v2 int GENERATED ALWAYS AS (v1 + 1) STORED`.
 
 use super::{Cursor, is_word};
 use crate::error::Result;
@@ -17,16 +17,13 @@ const NOT_COLUMNS: [&str; 7] = [
     "INDEX",
 ];
 
-/// `AS ( expr )` at `start` inside a `CREATE TABLE`'s column list, after a column's type.
+/// `AS expr` at `start` inside a `CREATE TABLE`'s column list, after a column's type.
 pub(super) fn generated_shorthand(
     tokens: &[Token],
     start: usize,
 ) -> Result<Option<(Vec<Token>, usize)>> {
     let mut c = Cursor::new(tokens, start);
-    if !is_word(c.next(), "AS")
-        || c.peek() != Some(&Token::LParen)
-        || !in_column_definition(tokens, start)
-    {
+    if !is_word(c.next(), "AS") || !in_column_definition(tokens, start) {
         return Ok(None);
     }
     let mut out = vec![
@@ -36,13 +33,13 @@ pub(super) fn generated_shorthand(
         Token::Whitespace(Whitespace::Space),
     ];
     out.extend_from_slice(&tokens[start..c.at]);
-    c.next(); // the `(`
-    let inner = c.until_separator(None);
-    if !c.token(&Token::RParen) {
+    // The expression, in parentheses or not: up to the column's end.
+    let expression = super::trim(c.until_separator(None));
+    if expression.is_empty() {
         return Ok(None);
     }
     out.push(Token::LParen);
-    out.extend(inner);
+    out.extend(expression);
     out.push(Token::RParen);
     out.push(Token::Whitespace(Whitespace::Space));
     out.push(Token::make_keyword("STORED"));
