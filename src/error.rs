@@ -156,7 +156,12 @@ impl EddyError {
                 };
                 Self::new(code, clean_message(&text))
             }
-            DataFusionError::Plan(m) => Self::new(classify_plan_message(&m), clean_message(&m)),
+            DataFusionError::Plan(m) => {
+                if let Some(name) = missing_relation(&m) {
+                    return Self::undefined_table(&name);
+                }
+                Self::new(classify_plan_message(&m), clean_message(&m))
+            }
             DataFusionError::ArrowError(e, _) => Self::from_arrow_message(&e.to_string()),
             DataFusionError::Execution(m) => {
                 if let Some(code) = parse_tagged(&m) {
@@ -265,6 +270,20 @@ impl From<std::io::Error> for EddyError {
 impl From<object_store::Error> for EddyError {
     fn from(e: object_store::Error) -> Self {
         Self::caused_by(sqlstate::IO_ERROR, format!("object store: {e}"), e)
+    }
+}
+
+/// The relation DataFusion's `table 'dev.public.t' not found` names (`t`): PostgreSQL
+/// says `relation "t" does not exist`, and clients and test files match those words.
+fn missing_relation(message: &str) -> Option<String> {
+    let quoted = message
+        .strip_prefix("table '")?
+        .strip_suffix("' not found")?;
+    let parts: Vec<&str> = quoted.split('.').collect();
+    match parts.as_slice() {
+        [.., schema, name] if *schema == crate::catalog::DEFAULT_SCHEMA => Some(name.to_string()),
+        [name] => Some(name.to_string()),
+        _ => Some(quoted.to_string()),
     }
 }
 

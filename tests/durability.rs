@@ -143,3 +143,64 @@ async fn settings_come_from_a_config_file() {
     let _ = child.kill();
     let _ = child.wait();
 }
+
+/// Renamed relations keep their rows, views and jobs across a SIGKILL: the views over a
+/// renamed table and the job of a renamed view are planned again from their rewritten
+/// definitions, and resume from their checkpoint without counting a row twice.
+#[tokio::test]
+async fn renamed_relations_survive_sigkill() {
+    let temp = tempfile::tempdir().unwrap();
+    let data_dir = temp.path().join("data");
+    let mut server = TestServer::start_in(&data_dir);
+    {
+        let client = server.connect().await;
+        client
+            .batch_execute(
+                "SET RW_IMPLICIT_FLUSH TO true;
+                 CREATE TABLE orders (id INT PRIMARY KEY, cust INT, amount DECIMAL(10,2));
+                 INSERT INTO orders VALUES (1, 10, 5.50), (2, 11, 7.25), (3, 10, 1.00);
+                 CREATE MATERIALIZED VIEW per_cust AS SELECT orders.cust, sum(amount) AS total, count(*) AS n FROM orders GROUP BY cust;
+                 CREATE MATERIALIZED VIEW overall AS SELECT sum(total) AS total, sum(n) AS n FROM per_cust;
+                 CREATE VIEW big AS SELECT cust FROM per_cust WHERE total > 5;
+                 ALTER TABLE orders RENAME TO sales;
+                 ALTER MATERIALIZED VIEW per_cust RENAME TO by_customer;
+                 INSERT INTO sales VALUES (4, 12, 2.00);
+                 UPDATE sales SET amount = 9.00 WHERE id = 2;",
+            )
+            .await
+            .expect("renames and changes succeed");
+    }
+    server.kill();
+
+    let server = TestServer::start_in(&data_dir);
+    let client = server.connect().await;
+    client
+        .batch_execute("SET RW_IMPLICIT_FLUSH TO true; INSERT INTO sales VALUES (5, 12, 3.00);")
+        .await
+        .unwrap();
+    assert_eq!(
+        rows(
+            &client,
+            "SELECT cust, total, n FROM by_customer ORDER BY cust"
+        )
+        .await,
+        vec!["10,6.50,2", "11,9.00,1", "12,5.00,2"]
+    );
+    assert_eq!(
+        rows(&client, "SELECT total, n FROM overall").await,
+        vec!["20.50,5"]
+    );
+    assert_eq!(
+        rows(&client, "SELECT cust FROM big ORDER BY cust").await,
+        vec!["10", "11"]
+    );
+    // The old names are gone.
+    assert!(client.simple_query("SELECT * FROM orders").await.is_err());
+    assert!(client.simple_query("SELECT * FROM per_cust").await.is_err());
+    let jobs = rows(
+        &client,
+        "SELECT name, state FROM eddy_catalog.jobs ORDER BY name",
+    )
+    .await;
+    assert_eq!(jobs, vec!["by_customer,running", "overall,running"]);
+}

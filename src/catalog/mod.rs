@@ -338,6 +338,43 @@ impl Catalog {
         self.update(name, |r| r.state_layout = layout)
     }
 
+    /// Renames a relation and stores, in the same write, the relations whose definitions
+    /// were rewritten to the new name (`rewritten`, by id; the renamed one may be among
+    /// them).
+    pub fn rename(&self, name: &str, new_name: &str, rewritten: Vec<Relation>) -> Result<Relation> {
+        let mut state = self.state.write();
+        let mut renamed = state
+            .relations
+            .get(name)
+            .cloned()
+            .ok_or_else(|| EddyError::undefined_table(name))?;
+        if state.relations.contains_key(new_name) {
+            return Err(EddyError::new(
+                sqlstate::DUPLICATE_TABLE,
+                format!("relation \"{new_name}\" already exists"),
+            ));
+        }
+        if let Some(own) = rewritten.iter().find(|r| r.id == renamed.id) {
+            renamed = own.clone();
+        }
+        renamed.name = new_name.to_string();
+        let mut wb = WriteBatch::default();
+        wb.put(relation_key(renamed.id), encode_json(&renamed)?);
+        let others: Vec<&Relation> = rewritten.iter().filter(|r| r.id != renamed.id).collect();
+        for r in &others {
+            wb.put(relation_key(r.id), encode_json(r)?);
+        }
+        self.store.write(wb)?;
+        state.relations.remove(name);
+        state
+            .relations
+            .insert(new_name.to_string(), renamed.clone());
+        for r in others {
+            state.relations.insert(r.name.clone(), r.clone());
+        }
+        Ok(renamed)
+    }
+
     /// Removes a relation. Fails if another relation depends on it.
     pub fn drop_relation(&self, name: &str) -> Result<Relation> {
         let mut state = self.state.write();

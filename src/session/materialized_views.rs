@@ -426,8 +426,28 @@ pub(super) async fn alter_parallelism(
                 ),
             )
         })?;
+    restart_around(engine, &rel, || {
+        engine.catalog.set_parallelism(&rel.name, parallelism)?;
+        Ok(())
+    })
+    .await?;
+    Ok(Outcome::Command(format!(
+        "ALTER_{}",
+        alter.kind.replace(' ', "_")
+    )))
+}
+
+/// Stops a job and every job reading its view (directly or not), makes a catalog
+/// `change` while they are stopped, and restarts them all from their state at the last
+/// barrier. Barrier rounds are paused meanwhile, so that state is one epoch for all of
+/// them (jobs reading tables replay the tables' logged changes since that barrier); a
+/// round runs after, so the next checkpoint records the jobs as they now are.
+pub(super) async fn restart_around(
+    engine: &Engine,
+    rel: &Relation,
+    change: impl FnOnce() -> Result<()>,
+) -> Result<()> {
     let relations = engine.catalog.relations();
-    // The job and everything reading its view, directly or not, in creation order.
     let mut affected = vec![rel.clone()];
     let mut frontier = vec![rel.id];
     while let Some(id) = frontier.pop() {
@@ -438,24 +458,33 @@ pub(super) async fn alter_parallelism(
             }
         }
     }
+    // Plain views and indexes over the view have no job of their own.
+    affected.retain(|r| matches!(r.kind, RelationKind::MaterializedView | RelationKind::Sink));
     affected.sort_by_key(|r| r.id);
     let paused = engine.checkpoints.pause().await;
     for r in affected.iter().rev() {
         engine.jobs.stop_and_wait(&r.name).await;
     }
-    engine.catalog.set_parallelism(&rel.name, parallelism)?;
-    let mut reads_changes = false;
+    // The jobs run again whether the change was made or not, as the catalog now has them.
+    let changed = change();
+    let relations = engine.catalog.relations();
+    let affected: Vec<Relation> = affected
+        .iter()
+        .map(|r| engine.catalog.get_by_id(r.id).unwrap_or_else(|| r.clone()))
+        .collect();
     let resume = region_can_resume(engine, &affected, &relations).await?;
     for r in &affected {
-        let r = engine.catalog.get_by_id(r.id).unwrap_or_else(|| r.clone());
-        reads_changes |= restart_job(engine, &r, resume).await?;
+        restart_job(engine, r, resume).await?;
+    }
+    // A renamed job's run under its old name is listed until removed.
+    if engine
+        .catalog
+        .get_by_id(rel.id)
+        .is_some_and(|now| now.name != rel.name)
+    {
+        engine.jobs.stop(&rel.name);
     }
     std::mem::drop(paused);
-    if reads_changes {
-        engine.checkpoints.run_round().await;
-    }
-    Ok(Outcome::Command(format!(
-        "ALTER_{}",
-        alter.kind.replace(' ', "_")
-    )))
+    engine.checkpoints.run_round().await;
+    changed
 }

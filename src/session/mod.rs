@@ -29,6 +29,7 @@ pub mod materialized_views;
 mod numeric_division;
 mod pg_semantics;
 mod regexp;
+mod rename;
 mod returning;
 mod round_places;
 pub mod rounding_casts;
@@ -721,6 +722,7 @@ impl Session {
             EddyStatement::AlterParallelism(alter) => {
                 materialized_views::alter_parallelism(&self.engine, &alter).await
             }
+            EddyStatement::AlterRename(alter) => rename::execute(self, alter).await,
             EddyStatement::Flush => {
                 self.engine.checkpoints.flush().await;
                 Ok(Outcome::Command("FLUSH".into()))

@@ -5,6 +5,7 @@
 //! sources (`CREATE SOURCE`, `DROP SOURCE`, in [`source`]).
 
 pub mod alter_parallelism;
+pub mod alter_rename;
 pub mod alter_system;
 pub mod sink;
 pub mod source;
@@ -41,6 +42,7 @@ pub enum EddyStatement {
     AlterSystem(alter_system::AlterSystem),
     /// `ALTER {MATERIALIZED VIEW | SINK} name SET PARALLELISM = n`.
     AlterParallelism(alter_parallelism::AlterParallelism),
+    AlterRename(alter_rename::AlterRename),
     /// `CREATE TABLE` with `WATERMARK FOR` or `APPEND ONLY`.
     CreateTable(table_extras::CreateTableExtras),
     /// `[EXPLAIN] CREATE MATERIALIZED VIEW ... EMIT ON WINDOW CLOSE`: the statement
@@ -142,6 +144,9 @@ pub fn parse_eddy_statement(sql: &str) -> Option<Result<EddyStatement>> {
     }
     if let Some(alter) = alter_parallelism::parse(sql) {
         return Some(alter.map(EddyStatement::AlterParallelism));
+    }
+    if let Some(alter) = alter_rename::parse(sql) {
+        return Some(alter.map(EddyStatement::AlterRename));
     }
     if let Some(alter) = alter_system::parse(sql) {
         return Some(alter.map(EddyStatement::AlterSystem));
