@@ -160,6 +160,10 @@ impl EddyError {
                 if let Some(name) = missing_relation(&m) {
                     return Self::undefined_table(&name);
                 }
+                if m.starts_with("Too many columns! The subquery should only return one column") {
+                    // PostgreSQL's words.
+                    return Self::syntax("subquery must return only one column");
+                }
                 Self::new(classify_plan_message(&m), clean_message(&m))
             }
             DataFusionError::ArrowError(e, _) => Self::from_arrow_message(&e.to_string()),

@@ -365,9 +365,24 @@ fn rewrite_assignments(table: &Relation, assignments: Vec<Assignment>) -> Result
                 let values = match assignment.value {
                     Expr::Tuple(values) => values,
                     Expr::Nested(value) if names.len() == 1 => vec![*value],
+                    // ROW(x, y), which the parse pass made `named_struct('f1', x, 'f2', y)`.
+                    Expr::Function(f)
+                        if f.name.to_string().eq_ignore_ascii_case("named_struct") =>
+                    {
+                        function_arguments(&f)?
+                            .into_iter()
+                            .skip(1)
+                            .step_by(2)
+                            .collect()
+                    }
+                    // (a, b) = (SELECT x, y ...): one scalar subquery per column.
+                    Expr::Subquery(query) => (0..names.len())
+                        .map(|i| row_subquery_column(&query, names.len(), i))
+                        .collect::<Result<_>>()?,
                     _ => {
-                        return Err(EddyError::not_supported(
-                            "a multiple-column assignment takes a list of values: (a, b) = (x, y)",
+                        return Err(EddyError::new(
+                            SYNTAX_ERROR,
+                            "source for a multiple-column UPDATE item must be a sub-SELECT or ROW() expression",
                         ));
                     }
                 };
@@ -393,6 +408,19 @@ fn rewrite_assignments(table: &Relation, assignments: Vec<Assignment>) -> Result
                         }),
                 );
             }
+        }
+    }
+    let mut assigned_names: Vec<String> = Vec::new();
+    for assignment in &out {
+        if let AssignmentTarget::ColumnName(name) = &assignment.target {
+            let name = last_name(name);
+            if assigned_names.contains(&name) {
+                return Err(EddyError::new(
+                    SYNTAX_ERROR,
+                    format!("multiple assignments to the same column \"{name}\""),
+                ));
+            }
+            assigned_names.push(name);
         }
     }
     let column_of = |a: &Assignment| match &a.target {
@@ -444,6 +472,41 @@ fn rewrite_assignments(table: &Relation, assignments: Vec<Assignment>) -> Result
         });
     }
     Ok(out)
+}
+
+/// Column `i` of a row subquery with `width` columns, as a scalar subquery:
+/// `(SELECT c<i> FROM (<query>) AS row(c0, c1, ...))`.
+fn row_subquery_column(query: &Query, width: usize, i: usize) -> Result<Expr> {
+    let names: Vec<String> = (0..width).map(|c| format!("__eddy_c{c}")).collect();
+    let mut column = parse_query(&format!(
+        "SELECT \"__eddy_c{i}\" FROM (SELECT 1) AS __eddy_row({})",
+        names
+            .iter()
+            .map(|n| format!("\"{n}\""))
+            .collect::<Vec<_>>()
+            .join(", ")
+    ))?;
+    if let SetExpr::Select(select) = column.body.as_mut()
+        && let TableFactor::Derived { subquery, .. } = &mut select.from[0].relation
+    {
+        **subquery = query.clone();
+    }
+    Ok(Expr::Subquery(Box::new(column)))
+}
+
+/// The plain arguments of a function call.
+fn function_arguments(f: &datafusion::sql::sqlparser::ast::Function) -> Result<Vec<Expr>> {
+    use datafusion::sql::sqlparser::ast::{FunctionArg, FunctionArgExpr, FunctionArguments};
+    let FunctionArguments::List(list) = &f.args else {
+        return Ok(vec![]);
+    };
+    list.args
+        .iter()
+        .map(|a| match a {
+            FunctionArg::Unnamed(FunctionArgExpr::Expr(e)) => Ok(e.clone()),
+            other => Err(EddyError::syntax(format!("unexpected ROW() item {other}"))),
+        })
+        .collect()
 }
 
 /// A generated column's expression with each column it reads replaced by `value_of`'s

@@ -15,6 +15,7 @@ mod copy;
 mod corresponding;
 mod date_function;
 mod ddl;
+mod dml_subqueries;
 pub mod drop;
 mod failover;
 mod float_extremes;
@@ -860,9 +861,10 @@ impl Session {
             _ => None,
         };
         let mut state = self.statement_state();
-        if matches!(dml, Some(WriteOp::Update)) {
-            state = without_common_subexpressions(state);
+        if matches!(dml, Some(WriteOp::Update | WriteOp::Delete)) {
+            state = simplifier_only(state);
         }
+        let plan = dml_subqueries::evaluate(plan, &state).await?;
         let df = datafusion::dataframe::DataFrame::new(state, plan);
         let schema: SchemaRef = Arc::new(df.schema().as_arrow().clone());
         let batches = df.collect().await?;
@@ -939,16 +941,21 @@ impl Session {
     }
 }
 
-/// The state without common subexpression elimination: DataFusion reads an UPDATE's
-/// assignments from the projection under its DML node, and the projection that rule adds
-/// below would leave them naming columns that do not exist (`SET a = v * 2, b = v * 2`).
-fn without_common_subexpressions(
+/// The state for an UPDATE or DELETE: of the logical optimizer, only the expression
+/// simplifier (which also fixes `now()` for the statement). DataFusion hands the table the
+/// assignments it reads from the projection under the DML node and the predicates of the
+/// filters over the table's scan; the other rules rewrite exactly those — a filter that
+/// is always false becomes an empty input, leaving no predicate, so
+/// `DELETE FROM t WHERE 1 = 0` deleted every row, and common subexpressions moved into a
+/// projection below leave assignments naming columns that do not exist. The table
+/// evaluates the predicates itself, so there is nothing else to optimize.
+fn simplifier_only(
     state: datafusion::execution::SessionState,
 ) -> datafusion::execution::SessionState {
     let rules = state
         .optimizers()
         .iter()
-        .filter(|r| r.name() != "common_sub_expression_eliminate")
+        .filter(|r| r.name() == "simplify_expressions")
         .cloned()
         .collect();
     datafusion::execution::session_state::SessionStateBuilder::new_from_existing(state)
