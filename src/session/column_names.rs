@@ -71,6 +71,11 @@ fn name_of(expr: &Expr) -> Option<String> {
                     "?column?".to_string()
                 } else if name == super::string_agg_by_row::NAME {
                     "string_agg".to_string()
+                } else if name == "regexp_like"
+                    && f.to_string().contains(super::similar_to::SIMILAR_TO_REGEX)
+                {
+                    // `x SIMILAR TO p`, rewritten into a call: an operator's column.
+                    "?column?".to_string()
                 } else {
                     name
                 }
