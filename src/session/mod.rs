@@ -17,6 +17,7 @@ mod date_function;
 mod ddl;
 mod dml_subqueries;
 pub mod drop;
+mod exists_in_select;
 mod failover;
 mod float_extremes;
 mod format_function;

@@ -218,6 +218,7 @@ pub fn rewrite(statement: &mut Statement) {
     let _ = statement.visit(&mut JsonbValuesColumns);
     let _ = statement.visit(&mut StructFieldAccess);
     let _ = statement.visit(&mut super::interval_arithmetic::IntervalArithmetic);
+    let _ = statement.visit(&mut super::exists_in_select::ExistsInSelect);
     match statement {
         Statement::Query(query) => alias_duplicate_columns(&mut query.body),
         Statement::Insert(insert) => {
