@@ -89,6 +89,19 @@ pub fn register(ctx: &SessionContext) {
             )))
         }),
     ));
+    // PostgreSQL's names for DataFusion's functions.
+    for (datafusion_name, postgres_name) in [("signum", "sign"), ("uuid", "gen_random_uuid")] {
+        if let Ok(udf) = datafusion::execution::FunctionRegistry::udf(ctx, datafusion_name) {
+            ctx.register_udf(udf.as_ref().clone().with_aliases([postgres_name]));
+        }
+    }
+    ctx.register_udf(create_udf(
+        "quote_literal",
+        vec![DataType::Utf8],
+        DataType::Utf8,
+        Volatility::Immutable,
+        Arc::new(quote_literal),
+    ));
     ctx.register_udf(ScalarUDF::new_from_impl(PgTypeof {
         signature: Signature::any(1, Volatility::Immutable),
     }));
@@ -395,5 +408,35 @@ impl ScalarUDFImpl for WindowBounds {
             Some(arrow::buffer::NullBuffer::from(nulls)),
         )?;
         Ok(ColumnarValue::Array(Arc::new(list)))
+    }
+}
+
+/// `quote_literal(text)`: the text as a string literal (quotes doubled, and written as an
+/// `E'...'` literal with doubled backslashes when it holds one, as PostgreSQL writes it).
+fn quote_literal(args: &[ColumnarValue]) -> datafusion::error::Result<ColumnarValue> {
+    let quote = |s: &str| {
+        let quoted = s.replace('\'', "''");
+        if s.contains('\\') {
+            format!("E'{}'", quoted.replace('\\', "\\\\"))
+        } else {
+            format!("'{quoted}'")
+        }
+    };
+    match &args[0] {
+        ColumnarValue::Scalar(v) => Ok(ColumnarValue::Scalar(ScalarValue::Utf8(match v {
+            ScalarValue::Utf8(s) | ScalarValue::LargeUtf8(s) | ScalarValue::Utf8View(s) => {
+                s.as_deref().map(quote)
+            }
+            _ => None,
+        }))),
+        ColumnarValue::Array(array) => {
+            let text = arrow::compute::cast(array, &DataType::Utf8)?;
+            let text = arrow::array::AsArray::as_string::<i32>(&text);
+            Ok(ColumnarValue::Array(Arc::new(
+                text.iter()
+                    .map(|s| s.map(quote))
+                    .collect::<arrow::array::StringArray>(),
+            )))
+        }
     }
 }
