@@ -1,6 +1,6 @@
 //! State that stays bounded: an interval join, a window join and a hopping-window
 //! aggregate (without `EMIT ON WINDOW CLOSE`) over unbounded, paced `nexmark` sources run
-//! for 40 times their interval (in event time: Nexmark makes 10 000 events per second of
+//! for 60 times their interval (in event time: Nexmark makes 10 000 events per second of
 //! event time), while the rows their state tables hold (`eddy_catalog.state_tables`) stay
 //! flat as the rows read keep growing.
 
@@ -86,9 +86,10 @@ async fn join_and_window_aggregate_state_stays_flat() {
     // through event time at the same pace): 2 × 46 rows per 50 events; the aggregate
     // reads them once. The interval is 1 s of event time.
     let bids_per_interval = EVENTS_PER_SECOND * 46 / 50;
-    // The mean state from 10 to 20 intervals and from 30 to 40: state that grew with the
-    // input would more than double between them; bounded state stays put (within the
-    // noise of when barriers and watermarks fall, allowed up to 1.75 times). Both jobs run at once
+    // The mean state from 10 to 20 intervals and from 50 to 60: state that grew with the
+    // input would be some 3.7 times larger (55 intervals read against 15); bounded state
+    // stays put, within the noise of when barriers, watermarks and catch-up bursts of a
+    // loaded machine fall (allowed up to 2.5 times). Both jobs run at once
     // and are sampled together.
     // (job, the operators whose state is measured, bid reads).
     let jobs = [
@@ -110,16 +111,16 @@ async fn join_and_window_aggregate_state_stays_flat() {
             let intervals = read / (bids_per_interval * reads);
             match intervals {
                 10..20 => early[j] = (early[j].0 + state, early[j].1 + 1),
-                30.. => late[j] = (late[j].0 + state, late[j].1 + 1),
+                50.. => late[j] = (late[j].0 + state, late[j].1 + 1),
                 _ => {}
             }
-            if intervals >= 40 {
+            if intervals >= 60 {
                 done[j] = true;
                 let (early, late) = (mean(early[j]), mean(late[j]));
-                eprintln!("{job}: {early} rows in state at 10-20 intervals, {late} at 30-40");
+                eprintln!("{job}: {early} rows in state at 10-20 intervals, {late} at 50-60");
                 assert!(early > 0, "{job}: the {operator} keeps some state");
                 assert!(
-                    late * 4 <= early * 7,
+                    late * 2 <= early * 5,
                     "{job}: state grew from {early} rows to {late} while reading {read} rows"
                 );
             }
