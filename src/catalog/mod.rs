@@ -82,6 +82,9 @@ pub struct Column {
     /// computed at every `INSERT` and `UPDATE`, never written directly.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub generated: Option<String>,
+    /// `COMMENT ON COLUMN`'s text.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub description: Option<String>,
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize)]
@@ -118,6 +121,9 @@ pub struct Relation {
     /// view in that order). Empty: key order.
     #[serde(default)]
     pub scan_order: Vec<ScanOrder>,
+    /// `COMMENT ON TABLE | VIEW | MATERIALIZED VIEW ...`'s text.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub description: Option<String>,
 }
 
 /// One column of a [`Relation::scan_order`].
@@ -147,6 +153,7 @@ impl Relation {
             emit_on_window_close: false,
             state_layout: vec![],
             scan_order: vec![],
+            description: None,
         }
     }
 
@@ -331,6 +338,20 @@ impl Catalog {
         self.store.write(wb)?;
         *rel = updated.clone();
         Ok(updated)
+    }
+
+    /// Sets (or, with `None`, removes) the description of a relation or of one of its
+    /// columns.
+    pub fn set_description(
+        &self,
+        name: &str,
+        column: Option<usize>,
+        description: Option<String>,
+    ) -> Result<Relation> {
+        self.update(name, |r| match column {
+            Some(i) => r.columns[i].description = description,
+            None => r.description = description,
+        })
     }
 
     /// Records the state layout a job now runs with (see [`Relation::state_layout`]).

@@ -63,6 +63,7 @@ pub fn columns_of(schema: &Schema) -> Result<Vec<Column>> {
                 hidden: false,
                 default: None,
                 generated: None,
+                description: None,
             })
         })
         .collect()

@@ -259,6 +259,7 @@ pub(super) fn view_columns(
             hidden: false,
             default: None,
             generated: None,
+            description: None,
         })
         .collect())
 }
@@ -330,6 +331,7 @@ pub(super) fn columns_from_defs(
             hidden: false,
             default,
             generated,
+            description: None,
         });
     }
     super::column_values::check_generated(&columns)?;

@@ -11,6 +11,7 @@ pub mod cdc;
 mod client_queries;
 mod column_names;
 mod column_values;
+mod comments;
 mod copy;
 mod corresponding;
 mod date_function;
@@ -790,6 +791,12 @@ impl Session {
             Statement::StartTransaction { .. } => Ok(self.begin()),
             Statement::Commit { .. } => self.commit().await,
             Statement::Rollback { .. } => Ok(self.rollback()),
+            Statement::Comment {
+                object_type,
+                object_name,
+                comment,
+                if_exists,
+            } => comments::comment(self, object_type, &object_name, comment, if_exists),
             Statement::Discard { .. } => {
                 self.vars.lock().reset_all();
                 Ok(Outcome::command("DISCARD ALL"))

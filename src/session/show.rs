@@ -172,7 +172,7 @@ pub(super) fn describe(session: &Session, name: &ObjectName) -> Result<Outcome> 
                 c.name.clone(),
                 c.sql_type.pg_name(),
                 c.hidden.to_string(),
-                String::new(),
+                c.description.clone().unwrap_or_default(),
             ]
         })
         .collect();
@@ -184,6 +184,14 @@ pub(super) fn describe(session: &Session, name: &ObjectName) -> Result<Outcome> 
             .collect::<Vec<_>>()
             .join(", ");
         rows.push(["primary key".into(), pk, String::new(), String::new()]);
+    }
+    if let Some(description) = &rel.description {
+        rows.push([
+            "table description".into(),
+            description.clone(),
+            String::new(),
+            String::new(),
+        ]);
     }
     let schema = result_schema(&Statement::ExplainTable {
         describe_alias: datafusion::sql::sqlparser::ast::DescribeAlias::Describe,
