@@ -48,9 +48,12 @@ pub(super) async fn create_table(
 ) -> Result<Outcome> {
     let name = relation_name(&create.name)?;
     if create.query.is_some() {
-        return Err(EddyError::not_supported(
-            "CREATE TABLE ... AS SELECT is not supported yet",
-        ));
+        if extras.is_some() {
+            return Err(EddyError::not_supported(
+                "CREATE TABLE ... AS SELECT takes no WITH options, watermark, APPEND ONLY or ON CONFLICT",
+            ));
+        }
+        return create_table_as(session, create).await;
     }
     if create.like.is_some() || create.clone.is_some() {
         return Err(EddyError::not_supported(
@@ -192,6 +195,84 @@ pub(super) async fn create_table(
         return Err(e);
     }
     Ok(Outcome::command("CREATE TABLE"))
+}
+
+/// `CREATE TABLE t [(names)] AS query`: a table with the query's columns (named as a
+/// view's would be, every one nullable, no primary key), filled with its rows in the
+/// same statement; dropped again if the rows cannot be written.
+async fn create_table_as(session: &Session, create: CreateTable) -> Result<Outcome> {
+    let name = relation_name(&create.name)?;
+    let catalog = &session.engine.catalog;
+    if catalog.get(&name).is_some() {
+        if create.if_not_exists {
+            return Ok(Outcome::command("CREATE TABLE AS"));
+        }
+        return Err(EddyError::new(
+            sqlstate::DUPLICATE_TABLE,
+            format!("relation \"{name}\" already exists"),
+        ));
+    }
+    let query = create.query.clone().expect("a query");
+    let plan = session.plan(ast::Statement::Query(query.clone())).await?;
+    let fields = plan.schema().as_arrow().fields().clone();
+    let names: Vec<String> = if create.columns.is_empty() {
+        super::column_names::view_column_names(&query, &fields)
+    } else {
+        if create.columns.len() > fields.len() {
+            return Err(EddyError::syntax(
+                "CREATE TABLE AS specifies too many column names",
+            ));
+        }
+        // As in PostgreSQL, names may be given for the first columns only.
+        create
+            .columns
+            .iter()
+            .map(|c| ident_name(&c.name))
+            .chain(
+                super::column_names::view_column_names(&query, &fields)
+                    .into_iter()
+                    .skip(create.columns.len()),
+            )
+            .collect()
+    };
+    let columns = view_columns(names, &fields)?;
+    let definition = format!(
+        "CREATE TABLE {name} ({})",
+        columns
+            .iter()
+            .map(|c| format!("{} {}", c.name, c.sql_type.pg_name()))
+            .collect::<Vec<_>>()
+            .join(", ")
+    );
+    let rel = catalog.create_relation(Relation {
+        columns,
+        definition,
+        ..Relation::new(name.clone(), RelationKind::Table)
+    })?;
+    let mut insert = session
+        .engine
+        .parse(&format!(
+            "INSERT INTO \"{}\" SELECT 1",
+            rel.name.replace('"', "\"\"")
+        ))?
+        .pop()
+        .ok_or_else(|| EddyError::internal("an INSERT parses"))?;
+    if let ast::Statement::Insert(i) = &mut insert {
+        i.source = Some(query);
+    }
+    let written = async {
+        let plan = session.plan(insert).await?;
+        session.run_plan(plan).await
+    }
+    .await;
+    match written {
+        Ok(Outcome::Command(tag)) => Ok(Outcome::Command(tag.replacen("INSERT 0", "SELECT", 1))),
+        Ok(other) => Ok(other),
+        Err(e) => {
+            super::drop::drop_relation(&session.engine, &rel, false)?;
+            Err(e)
+        }
+    }
 }
 
 /// The connector options of a table: its own `WITH (connector = 'postgres-cdc', ...)`, or
