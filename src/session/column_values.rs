@@ -16,6 +16,7 @@
 //!   over the new values.
 
 use super::ddl::{ident_name, relation_name};
+use super::sql_rewrite::{parse_expr, parse_query};
 use crate::catalog::{Catalog, Column, Relation, RelationKind, SqlType};
 use crate::error::{EddyError, Result, sqlstate};
 use datafusion::sql::sqlparser::ast::{
@@ -23,8 +24,6 @@ use datafusion::sql::sqlparser::ast::{
     TableAliasColumnDef, TableFactor, TableObject, Values, visit_expressions,
     visit_expressions_mut,
 };
-use datafusion::sql::sqlparser::dialect::PostgreSqlDialect;
-use datafusion::sql::sqlparser::parser::Parser;
 use std::ops::ControlFlow;
 
 const SYNTAX_ERROR: &str = "42601";
@@ -634,19 +633,4 @@ fn last_name(name: &ObjectName) -> String {
 
 fn null() -> Expr {
     Expr::value(datafusion::sql::sqlparser::ast::Value::Null)
-}
-
-fn parse_expr(sql: &str) -> Result<Expr> {
-    Parser::new(&PostgreSqlDialect {})
-        .try_with_sql(sql)
-        .and_then(|mut p| p.parse_expr())
-        .map_err(|e| EddyError::syntax(e.to_string().replace("sql parser error: ", "")))
-}
-
-fn parse_query(sql: &str) -> Result<Query> {
-    Parser::new(&PostgreSqlDialect {})
-        .try_with_sql(sql)
-        .and_then(|mut p| p.parse_query())
-        .map(|q| *q)
-        .map_err(|e| EddyError::syntax(e.to_string()))
 }

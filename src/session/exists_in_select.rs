@@ -9,8 +9,6 @@ use datafusion::sql::sqlparser::ast::{
     Expr, GroupByExpr, Ident, Query, Select, SelectItem, SetExpr, UnaryOperator, VisitorMut,
     visit_expressions_mut,
 };
-use datafusion::sql::sqlparser::dialect::PostgreSqlDialect;
-use datafusion::sql::sqlparser::parser::Parser;
 use std::ops::ControlFlow;
 
 pub(super) struct ExistsInSelect;
@@ -71,10 +69,7 @@ fn counted(query: &Query) -> Option<Query> {
         return None;
     }
     let mut counted = query.clone();
-    let count = Parser::new(&PostgreSqlDialect {})
-        .try_with_sql("count(*) > 0")
-        .and_then(|mut p| p.parse_expr())
-        .ok()?;
+    let count = super::sql_rewrite::parse_expr("count(*) > 0").ok()?;
     if let SetExpr::Select(select) = counted.body.as_mut() {
         select.projection = vec![SelectItem::UnnamedExpr(count)];
     }

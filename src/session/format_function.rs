@@ -136,17 +136,21 @@ fn format_one(format: &str, args: &[Option<&str>]) -> Result<String> {
     Ok(out)
 }
 
-/// An identifier as PostgreSQL's `quote_ident` writes it: bare when it is lower case
-/// letters, digits and underscores not starting with a digit, else in double quotes.
-fn quote_identifier(name: &str) -> String {
-    let plain = name
-        .chars()
+/// Whether an identifier reads the same unquoted: lower case letters, digits and
+/// underscores, not starting with a digit.
+pub(super) fn is_plain_identifier(name: &str) -> bool {
+    name.chars()
         .next()
         .is_some_and(|c| c.is_ascii_lowercase() || c == '_')
         && name
             .chars()
-            .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '_');
-    if plain {
+            .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '_')
+}
+
+/// An identifier as PostgreSQL's `quote_ident` writes it: bare when it is plain
+/// ([`is_plain_identifier`]), else in double quotes.
+fn quote_identifier(name: &str) -> String {
+    if is_plain_identifier(name) {
         name.to_string()
     } else {
         format!("\"{}\"", name.replace('"', "\"\""))

@@ -202,14 +202,7 @@ fn names_relation(name: &ObjectName, relation: &str) -> bool {
 
 /// An identifier for `name`, quoted when folding would change it.
 fn identifier(name: &str) -> Ident {
-    let plain = name
-        .chars()
-        .next()
-        .is_some_and(|c| c.is_ascii_lowercase() || c == '_')
-        && name
-            .chars()
-            .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '_');
-    if plain {
+    if super::format_function::is_plain_identifier(name) {
         Ident::new(name)
     } else {
         Ident::with_quote('"', name)

@@ -6,6 +6,7 @@
 //! a `DELETE` the deleted rows, both read just before the change with the statement's
 //! own `WHERE`.
 
+use super::sql_rewrite::parse_query;
 use super::{Outcome, Session, column_values, ddl::relation_name};
 use crate::catalog::RelationKind;
 use crate::error::{EddyError, Result};
@@ -16,11 +17,9 @@ use datafusion::datasource::provider_as_source;
 use datafusion::logical_expr::{DmlStatement, LogicalPlan, LogicalPlanBuilder};
 use datafusion::prelude::SessionContext;
 use datafusion::sql::sqlparser::ast::{
-    AssignmentTarget, Expr, FromTable, Ident, Query, SelectItem, SetExpr, Statement, TableFactor,
+    AssignmentTarget, Expr, FromTable, Ident, SelectItem, SetExpr, Statement, TableFactor,
     TableObject,
 };
-use datafusion::sql::sqlparser::dialect::PostgreSqlDialect;
-use datafusion::sql::sqlparser::parser::Parser;
 use std::sync::Arc;
 
 /// Whether the statement has a `RETURNING` clause.
@@ -306,12 +305,4 @@ fn conform(
         .map(|(column, field)| arrow::compute::cast(column, field.data_type()))
         .collect::<std::result::Result<Vec<_>, _>>()?;
     Ok(arrow::array::RecordBatch::try_new(schema.clone(), columns)?)
-}
-
-fn parse_query(sql: &str) -> Result<Query> {
-    Parser::new(&PostgreSqlDialect {})
-        .try_with_sql(sql)
-        .and_then(|mut p| p.parse_query())
-        .map(|q| *q)
-        .map_err(|e| EddyError::syntax(e.to_string()))
 }

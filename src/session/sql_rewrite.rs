@@ -1240,3 +1240,24 @@ impl VisitorMut for WindowFunctions {
         ControlFlow::Continue(())
     }
 }
+
+/// Parses an expression Eddy writes itself (templates, stored expressions).
+pub(super) fn parse_expr(sql: &str) -> crate::error::Result<Expr> {
+    Parser::new(&PostgreSqlDialect {})
+        .try_with_sql(sql)
+        .and_then(|mut p| p.parse_expr())
+        .map_err(|e| {
+            crate::error::EddyError::syntax(e.to_string().replace("sql parser error: ", ""))
+        })
+}
+
+/// Parses a query Eddy writes itself (a template whose parts are then replaced).
+pub(super) fn parse_query(sql: &str) -> crate::error::Result<Query> {
+    Parser::new(&PostgreSqlDialect {})
+        .try_with_sql(sql)
+        .and_then(|mut p| p.parse_query())
+        .map(|q| *q)
+        .map_err(|e| {
+            crate::error::EddyError::syntax(e.to_string().replace("sql parser error: ", ""))
+        })
+}
