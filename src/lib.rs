@@ -9,6 +9,7 @@ pub mod error;
 pub mod jsonb;
 pub mod pg_text;
 pub mod plan_helpers;
+pub mod planner;
 pub mod server;
 pub mod serving;
 pub mod session;

@@ -65,7 +65,7 @@ pub fn register(ctx: &SessionContext) {
     }
     // Marks the table of a temporal join; volatile so that it is never folded away.
     ctx.register_udf(create_udf(
-        crate::stream::planner::TEMPORAL_JOIN_MARKER,
+        crate::planner::TEMPORAL_JOIN_MARKER,
         vec![],
         DataType::Boolean,
         Volatility::Volatile,
@@ -75,7 +75,7 @@ pub fn register(ctx: &SessionContext) {
     ));
     // `now()` in a view: the processing time, which temporal filters compare rows with.
     ctx.register_udf(create_udf(
-        crate::stream::planner::NOW_FUNCTION,
+        crate::planner::NOW_FUNCTION,
         vec![],
         DataType::Timestamp(
             arrow::datatypes::TimeUnit::Microsecond,

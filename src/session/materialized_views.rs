@@ -9,10 +9,10 @@ use super::ddl::{ident_name, relation_name, view_columns};
 use super::{Engine, Outcome, Session, text_rows};
 use crate::catalog::{Relation, RelationKind};
 use crate::error::{EddyError, Result, sqlstate};
+use crate::planner::{PlanContext, plan_job};
 use crate::sql::alter_parallelism::AlterParallelism;
 use crate::stream::graph::{FragmentInput, StreamGraph, Terminal};
 use crate::stream::job::{JobOutput, JobStateLocation};
-use crate::stream::planner::{PlanContext, plan_job};
 use datafusion::sql::sqlparser::ast::{self, CreateView};
 
 /// Plans a view's or sink's query as a stream graph.

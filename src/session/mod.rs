@@ -285,7 +285,7 @@ impl Engine {
     }
 
     /// Plans a streaming query: parsed, planned and optimized by DataFusion, ready for
-    /// [`crate::stream::planner::plan_job`].
+    /// [`crate::planner::plan_job`].
     pub async fn plan_streaming_query(&self, sql: &str) -> Result<LogicalPlan> {
         let state = self.ctx.state();
         // A sink's query comes here as text without going through `parse`.

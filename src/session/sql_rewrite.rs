@@ -101,7 +101,7 @@ impl VisitorMut for ProcessingTime {
                 FunctionArguments::Subquery(_) => false,
             };
             if no_args && matches!(name.as_str(), "now" | "current_timestamp") {
-                f.name = ObjectName::from(vec![Ident::new(crate::stream::planner::NOW_FUNCTION)]);
+                f.name = ObjectName::from(vec![Ident::new(crate::planner::NOW_FUNCTION)]);
                 f.args = FunctionArguments::List(
                     datafusion::sql::sqlparser::ast::FunctionArgumentList {
                         duplicate_treatment: None,

@@ -14,7 +14,6 @@ pub mod graph;
 pub mod job;
 pub mod message;
 pub mod operators;
-pub mod planner;
 pub mod sink;
 pub mod task;
 #[cfg(test)]

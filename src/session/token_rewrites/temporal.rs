@@ -9,7 +9,7 @@
 
 use super::{Cursor, is_word, trim};
 use crate::error::Result;
-use crate::stream::planner::TEMPORAL_JOIN_MARKER;
+use crate::planner::TEMPORAL_JOIN_MARKER;
 use datafusion::sql::sqlparser::keywords::Keyword;
 use datafusion::sql::sqlparser::tokenizer::{Token, Whitespace};
 

@@ -14,20 +14,22 @@
 //! key).
 //! Anything else is refused with SQLSTATE 0A000 naming the construct.
 
-use super::graph::{Exchange, Fragment, FragmentInput, OperatorFactory, OperatorSpec, StreamGraph};
-use super::operators::Operator;
-use super::operators::drop_keys::DropKeys;
-use super::operators::filter::Filter;
-use super::operators::hash_agg::{AggCall, AggKind, HashAgg, PostOp};
-use super::operators::hash_join::cleanup::StateCleanup;
-use super::operators::hash_join::{HashJoin, JoinKind, JoinSpec};
-use super::operators::project::Project;
-use super::operators::tag_keys::TagKeys;
-use super::operators::unnest::Unnest;
 use crate::catalog::{Catalog, Relation, RelationKind};
 use crate::connectors::ConnectorSpec;
 use crate::error::{EddyError, Result};
 use crate::state::keys::MAX_PARALLELISM;
+use crate::stream::graph::{
+    Exchange, Fragment, FragmentInput, OperatorFactory, OperatorSpec, StreamGraph,
+};
+use crate::stream::operators::Operator;
+use crate::stream::operators::drop_keys::DropKeys;
+use crate::stream::operators::filter::Filter;
+use crate::stream::operators::hash_agg::{AggCall, AggKind, HashAgg, PostOp};
+use crate::stream::operators::hash_join::cleanup::StateCleanup;
+use crate::stream::operators::hash_join::{HashJoin, JoinKind, JoinSpec};
+use crate::stream::operators::project::Project;
+use crate::stream::operators::tag_keys::TagKeys;
+use crate::stream::operators::unnest::Unnest;
 use crate::stream::watermark::{SourceWatermark, WatermarkMapping, monotone_column};
 use arrow::datatypes::SchemaRef;
 use datafusion::common::DFSchema;
@@ -492,7 +494,7 @@ fn held_until_watermark(
     input: Node,
     routing: EowcRouting,
 ) -> Result<Node> {
-    use super::operators::eowc_sort::EowcSort;
+    use crate::stream::operators::eowc_sort::EowcSort;
     let schema: SchemaRef = Arc::new(schema.as_arrow().clone());
     let (keys, key_types, key_names, routed) = match routing {
         EowcRouting::WholeRow { keys, key_types } => {
