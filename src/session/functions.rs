@@ -110,6 +110,7 @@ pub fn register(ctx: &SessionContext) {
     ctx.register_udf(super::to_timestamp::udf(ctx.state().config_options()));
     ctx.register_udf(super::interval_arithmetic::udf());
     ctx.register_udf(super::date_function::udf());
+    ctx.register_udf(super::age_function::udf());
     ctx.register_udf(super::format_function::udf());
     ctx.register_udf(super::similar_to::udf());
     for f in super::integral_decimal::udfs() {

@@ -7,6 +7,7 @@
 //! [`Session::execute_prepared`] (extended protocol), and turns [`Outcome`]s back into
 //! wire messages.
 
+mod age_function;
 pub mod cdc;
 mod client_queries;
 mod column_names;
