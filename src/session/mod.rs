@@ -45,6 +45,7 @@ mod show;
 mod similar_to;
 mod sinks;
 mod sources;
+mod sql_prepare;
 pub mod sql_rewrite;
 mod string_agg_by_row;
 mod struct_casts;
@@ -369,6 +370,8 @@ pub struct Session {
     /// The `COPY FROM STDIN` in progress, if any.
     copy: Mutex<Option<copy::CopyIn>>,
     transaction: Mutex<TransactionState>,
+    /// `PREPARE`d statements (SQL-level, not the extended protocol's).
+    sql_prepared: Mutex<sql_prepare::PreparedStatements>,
 }
 
 impl Session {
@@ -379,6 +382,7 @@ impl Session {
             vars: Mutex::new(SessionVars::default()),
             copy: Mutex::new(None),
             transaction: Mutex::new(TransactionState::Idle),
+            sql_prepared: Mutex::new(Default::default()),
         }
     }
 
@@ -617,6 +621,12 @@ impl Session {
                 }
             };
             (Some(plan), param_types, schema)
+        } else if let Statement::Execute {
+            name: Some(name), ..
+        } = &statement
+        {
+            let name = ddl::relation_name(name)?;
+            (None, vec![], sql_prepare::result_schema(self, &name).await?)
         } else {
             (None, vec![], show::result_schema(&statement))
         };
@@ -798,7 +808,23 @@ impl Session {
                 comment,
                 if_exists,
             } => comments::comment(self, object_type, &object_name, comment, if_exists),
+            Statement::Prepare {
+                name,
+                data_types,
+                statement,
+            } => sql_prepare::prepare(self, &name, &data_types, *statement).await,
+            Statement::Execute {
+                name: Some(name),
+                parameters,
+                immediate: false,
+                ..
+            } => {
+                let name = ddl::relation_name(&name)?;
+                sql_prepare::execute(self, &name, &parameters).await
+            }
+            Statement::Deallocate { name, .. } => sql_prepare::deallocate(self, &name),
             Statement::Discard { .. } => {
+                sql_prepare::clear(self);
                 self.vars.lock().reset_all();
                 Ok(Outcome::command("DISCARD ALL"))
             }
