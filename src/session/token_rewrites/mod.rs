@@ -6,10 +6,12 @@
 //! - [`temporal`]: `t FOR SYSTEM_TIME AS OF PROCTIME()`, a temporal (lookup) join's table.
 //! - [`corresponding`]: `UNION CORRESPONDING [BY (...)]` (and `INTERSECT`, `EXCEPT`).
 //! - [`struct_star`]: `(v).*`, every field of a struct.
+//! - [`create_table_as_names`]: `CREATE TABLE t (a, b) AS query`, names without types.
 //! - [`generated_columns`]: `v2 int AS (v1 + 1)`, RisingWave's generated column.
 //! - [`trim_spaces`]: `trim(BOTH FROM s)` and the like, without the characters to trim.
 
 mod corresponding;
+mod create_table_as_names;
 mod generated_columns;
 mod struct_star;
 mod temporal;
@@ -49,6 +51,7 @@ pub fn rewrite(sql: &str) -> Result<Option<String>> {
         rewrites.push(trim_spaces::trim_without_characters);
     }
     if upper.contains("CREATE") && upper.contains("TABLE") && upper.contains("AS") {
+        rewrites.push(create_table_as_names::names_only_column_list);
         rewrites.push(generated_columns::generated_shorthand);
     }
     if rewrites.is_empty() {
