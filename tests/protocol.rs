@@ -242,3 +242,50 @@ async fn copy_from_stdin_text_and_csv() {
         .expect_err("unknown table");
     assert_eq!(err.code().map(|c| c.code()), Some("42P01"));
 }
+
+/// `RETURNING` with bound parameters: the statement is described with its parameter
+/// types and result columns, and each execution returns the rows it wrote.
+#[tokio::test]
+async fn returning_with_typed_parameters() {
+    let server = TestServer::start();
+    let client = server.connect().await;
+    client
+        .batch_execute(
+            "CREATE TABLE notes (id BIGINT PRIMARY KEY, body TEXT, len INT AS (length(body)), created TIMESTAMPTZ DEFAULT now())",
+        )
+        .await
+        .unwrap();
+    let insert = client
+        .prepare(
+            "INSERT INTO notes (id, body) VALUES ($1, $2) RETURNING id, len, created IS NOT NULL",
+        )
+        .await
+        .unwrap();
+    assert_eq!(insert.params(), &[Type::INT8, Type::TEXT]);
+    assert_eq!(insert.columns().len(), 3);
+    for (id, body) in [(1i64, "hello"), (2, "hi")] {
+        let row = client.query_one(&insert, &[&id, &body]).await.unwrap();
+        assert_eq!(row.get::<_, i64>(0), id);
+        assert_eq!(row.get::<_, i32>(1), body.len() as i32);
+        assert!(row.get::<_, bool>(2));
+    }
+    let update = client
+        .prepare("UPDATE notes SET body = body || $1 WHERE id = $2 RETURNING body, len")
+        .await
+        .unwrap();
+    let row = client.query_one(&update, &[&"!", &2i64]).await.unwrap();
+    assert_eq!(row.get::<_, &str>(0), "hi!");
+    assert_eq!(row.get::<_, i32>(1), 3);
+    let rows = client
+        .query("DELETE FROM notes WHERE id > $1 RETURNING id", &[&0i64])
+        .await
+        .unwrap();
+    let mut ids: Vec<i64> = rows.iter().map(|r| r.get(0)).collect();
+    ids.sort();
+    assert_eq!(ids, vec![1, 2]);
+    let left = client
+        .query_one("SELECT count(*) FROM notes", &[])
+        .await
+        .unwrap();
+    assert_eq!(left.get::<_, i64>(0), 0);
+}
