@@ -83,9 +83,17 @@ impl EddyPgCatalog {
         )?;
         ctx.register_udf(ScalarUDF::new_from_impl(ViewDefinition {
             catalog: catalog.clone(),
-            oids,
+            oids: oids.clone(),
             signature: Signature::variadic_any(Volatility::Stable),
         }));
+        for of_column in [false, true] {
+            ctx.register_udf(ScalarUDF::new_from_impl(Description {
+                of_column,
+                catalog: catalog.clone(),
+                oids: oids.clone(),
+                signature: Signature::variadic_any(Volatility::Stable),
+            }));
+        }
         ctx.register_udf(ScalarUDF::new_from_impl(KeyDefinition::new(
             KeyObject::Index,
             catalog.clone(),
@@ -662,6 +670,78 @@ impl ScalarUDFImpl for ViewDefinition {
                 let id = known.get(&oids.value(i))?;
                 let rel = self.catalog.get_by_id(*id)?;
                 (rel.kind == RelationKind::View).then(|| format!(" {};", rel.definition))
+            })
+            .collect();
+        Ok(ColumnarValue::Array(Arc::new(out)))
+    }
+}
+
+/// `obj_description(oid [, catalog])` and `col_description(oid, attnum)`: the comments
+/// `COMMENT ON` stored for a relation or for its column `attnum` (from 1), by the
+/// `pg_class` oid a scan gave the relation (psql's `\d+` reads `pg_class` first).
+#[derive(Debug)]
+struct Description {
+    of_column: bool,
+    catalog: Arc<Catalog>,
+    oids: OidMap,
+    signature: Signature,
+}
+
+impl PartialEq for Description {
+    fn eq(&self, other: &Self) -> bool {
+        self.of_column == other.of_column
+    }
+}
+
+impl Eq for Description {}
+
+impl std::hash::Hash for Description {
+    fn hash<H: std::hash::Hasher>(&self, state: &mut H) {
+        self.name().hash(state)
+    }
+}
+
+impl ScalarUDFImpl for Description {
+    fn name(&self) -> &str {
+        if self.of_column {
+            "col_description"
+        } else {
+            "obj_description"
+        }
+    }
+
+    fn signature(&self) -> &Signature {
+        &self.signature
+    }
+
+    fn return_type(&self, _args: &[DataType]) -> DFResult<DataType> {
+        Ok(DataType::Utf8)
+    }
+
+    fn invoke_with_args(&self, args: ScalarFunctionArgs) -> DFResult<ColumnarValue> {
+        let arrays = ColumnarValue::values_to_arrays(&args.args)?;
+        let oids = arrow::compute::cast(&arrays[0], &DataType::Int32)?;
+        let oids = oids.as_primitive::<Int32Type>();
+        let columns = match (self.of_column, arrays.get(1)) {
+            (true, Some(a)) => Some(arrow::compute::cast(a, &DataType::Int32)?),
+            _ => None,
+        };
+        let known = self.oids.read();
+        let out: StringArray = (0..oids.len())
+            .map(|i| {
+                if oids.is_null(i) {
+                    return None;
+                }
+                let id = known.get(&oids.value(i))?;
+                let rel = self.catalog.get_by_id(*id)?;
+                match &columns {
+                    Some(attnums) => {
+                        let attnums = attnums.as_primitive::<Int32Type>();
+                        let attnum = usize::try_from(attnums.value(i)).ok()?.checked_sub(1)?;
+                        rel.columns.get(attnum)?.description.clone()
+                    }
+                    None => rel.description.clone(),
+                }
             })
             .collect();
         Ok(ColumnarValue::Array(Arc::new(out)))

@@ -48,8 +48,6 @@ pub fn register(ctx: &SessionContext) {
         "pg_get_function_result",
         "pg_get_function_arguments",
         "pg_get_function_identity_arguments",
-        "col_description",
-        "obj_description",
         "shobj_description",
     ] {
         ctx.register_udf(null_text(name));
