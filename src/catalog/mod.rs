@@ -340,6 +340,18 @@ impl Catalog {
         Ok(updated)
     }
 
+    /// The bytes (keys and values) RocksDB holds for a relation's rows: a table's, or a
+    /// materialized view's.
+    pub fn stored_bytes(&self, id: u32) -> Result<u64> {
+        let mut bytes = 0u64;
+        self.store
+            .scan_prefix(&crate::state::keys::table_prefix(id), |k, v| {
+                bytes += (k.len() + v.len()) as u64;
+                Ok(())
+            })?;
+        Ok(bytes)
+    }
+
     /// Sets (or, with `None`, removes) the description of a relation or of one of its
     /// columns.
     pub fn set_description(

@@ -86,6 +86,18 @@ impl EddyPgCatalog {
             oids: oids.clone(),
             signature: Signature::variadic_any(Volatility::Stable),
         }));
+        for name in [
+            "pg_table_size",
+            "pg_relation_size",
+            "pg_total_relation_size",
+        ] {
+            ctx.register_udf(ScalarUDF::new_from_impl(RelationSize {
+                name,
+                catalog: catalog.clone(),
+                oids: oids.clone(),
+                signature: Signature::variadic_any(Volatility::Volatile),
+            }));
+        }
         for of_column in [false, true] {
             ctx.register_udf(ScalarUDF::new_from_impl(Description {
                 of_column,
@@ -745,6 +757,90 @@ impl ScalarUDFImpl for Description {
             })
             .collect();
         Ok(ColumnarValue::Array(Arc::new(out)))
+    }
+}
+
+/// `pg_table_size(oid)`, `pg_relation_size(oid)`, `pg_total_relation_size(oid)`: the bytes
+/// RocksDB holds for a table's or materialized view's rows (before compression; Eddy's
+/// indexes are catalog entries, so all three are the same), by `pg_class` oid or by name.
+#[derive(Debug)]
+struct RelationSize {
+    name: &'static str,
+    catalog: Arc<Catalog>,
+    oids: OidMap,
+    signature: Signature,
+}
+
+impl PartialEq for RelationSize {
+    fn eq(&self, other: &Self) -> bool {
+        self.name == other.name
+    }
+}
+
+impl Eq for RelationSize {}
+
+impl std::hash::Hash for RelationSize {
+    fn hash<H: std::hash::Hasher>(&self, state: &mut H) {
+        self.name.hash(state)
+    }
+}
+
+impl ScalarUDFImpl for RelationSize {
+    fn name(&self) -> &str {
+        self.name
+    }
+
+    fn signature(&self) -> &Signature {
+        &self.signature
+    }
+
+    fn return_type(&self, _args: &[DataType]) -> DFResult<DataType> {
+        Ok(DataType::Int64)
+    }
+
+    fn invoke_with_args(&self, args: ScalarFunctionArgs) -> DFResult<ColumnarValue> {
+        let arrays = ColumnarValue::values_to_arrays(&args.args)?;
+        let relation = |i: usize| -> Option<Relation> {
+            if arrays[0].is_null(i) {
+                return None;
+            }
+            match arrays[0].data_type() {
+                DataType::Utf8 | DataType::LargeUtf8 | DataType::Utf8View => {
+                    let names = arrow::compute::cast(&arrays[0], &DataType::Utf8).ok()?;
+                    let name = names.as_string::<i32>().value(i).to_string();
+                    self.catalog
+                        .get(name.strip_prefix("public.").unwrap_or(&name))
+                }
+                _ => {
+                    let oids = arrow::compute::cast(&arrays[0], &DataType::Int32).ok()?;
+                    let id = *self
+                        .oids
+                        .read()
+                        .get(&oids.as_primitive::<Int32Type>().value(i))?;
+                    self.catalog.get_by_id(id)
+                }
+            }
+        };
+        let mut out = arrow::array::Int64Builder::with_capacity(arrays[0].len());
+        for i in 0..arrays[0].len() {
+            match relation(i) {
+                Some(rel)
+                    if matches!(
+                        rel.kind,
+                        RelationKind::Table | RelationKind::MaterializedView
+                    ) =>
+                {
+                    let bytes = self
+                        .catalog
+                        .stored_bytes(rel.id)
+                        .map_err(crate::error::EddyError::into_datafusion)?;
+                    out.append_value(bytes as i64);
+                }
+                Some(_) => out.append_value(0),
+                None => out.append_null(),
+            }
+        }
+        Ok(ColumnarValue::Array(Arc::new(out.finish())))
     }
 }
 

@@ -94,6 +94,13 @@ pub fn register(ctx: &SessionContext) {
         }
     }
     ctx.register_udf(create_udf(
+        "pg_size_pretty",
+        vec![DataType::Int64],
+        DataType::Utf8,
+        Volatility::Immutable,
+        Arc::new(size_pretty),
+    ));
+    ctx.register_udf(create_udf(
         "quote_literal",
         vec![DataType::Utf8],
         DataType::Utf8,
@@ -438,4 +445,34 @@ fn quote_literal(args: &[ColumnarValue]) -> datafusion::error::Result<ColumnarVa
             )))
         }
     }
+}
+
+/// `pg_size_pretty(bigint)`: bytes in PostgreSQL's units, rounded as it rounds them
+/// (`bytes` below 10 kB, then `kB`, `MB`, `GB`, `TB`, `PB`, each below 20 of the next).
+fn size_pretty(args: &[ColumnarValue]) -> datafusion::error::Result<ColumnarValue> {
+    fn pretty(size: i64) -> String {
+        const LIMIT: i64 = 10 * 1024;
+        const LIMIT2: i64 = LIMIT * 2 - 1;
+        let half_rounded = |x: i64| (x + if x < 0 { -1 } else { 1 }) / 2;
+        if size.abs() < LIMIT {
+            return format!("{size} bytes");
+        }
+        // One extra bit kept for rounding.
+        let mut size = size >> 9;
+        for unit in ["kB", "MB", "GB", "TB"] {
+            if size.abs() < LIMIT2 {
+                return format!("{} {unit}", half_rounded(size));
+            }
+            size >>= 10;
+        }
+        format!("{} PB", half_rounded(size))
+    }
+    let sizes = args[0].to_array(1)?;
+    let sizes = arrow::compute::cast(&sizes, &DataType::Int64)?;
+    let sizes = arrow::array::AsArray::as_primitive::<arrow::datatypes::Int64Type>(&sizes);
+    let out: arrow::array::StringArray = sizes.iter().map(|s| s.map(pretty)).collect();
+    Ok(match &args[0] {
+        ColumnarValue::Scalar(_) => ColumnarValue::Scalar(ScalarValue::try_from_array(&out, 0)?),
+        ColumnarValue::Array(_) => ColumnarValue::Array(Arc::new(out)),
+    })
 }
