@@ -116,6 +116,9 @@ pub fn register(ctx: &SessionContext) {
     ctx.register_udf(super::interval_arithmetic::udf());
     ctx.register_udf(super::date_function::udf());
     ctx.register_udf(super::age_function::udf());
+    for udf in super::justify_functions::udfs() {
+        ctx.register_udf(udf);
+    }
     ctx.register_udf(super::format_function::udf());
     ctx.register_udf(super::similar_to::udf());
     for f in super::integral_decimal::udfs() {
