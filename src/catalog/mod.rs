@@ -343,13 +343,7 @@ impl Catalog {
     /// The bytes (keys and values) RocksDB holds for a relation's rows: a table's, or a
     /// materialized view's.
     pub fn stored_bytes(&self, id: u32) -> Result<u64> {
-        let mut bytes = 0u64;
-        self.store
-            .scan_prefix(&crate::state::keys::table_prefix(id), |k, v| {
-                bytes += (k.len() + v.len()) as u64;
-                Ok(())
-            })?;
-        Ok(bytes)
+        Ok(self.store.table_footprint(id)?.1)
     }
 
     /// Sets (or, with `None`, removes) the description of a relation or of one of its

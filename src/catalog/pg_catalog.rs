@@ -590,20 +590,6 @@ impl KeyDefinition {
     }
 }
 
-impl PartialEq for KeyDefinition {
-    fn eq(&self, other: &Self) -> bool {
-        self.object == other.object
-    }
-}
-
-impl Eq for KeyDefinition {}
-
-impl std::hash::Hash for KeyDefinition {
-    fn hash<H: std::hash::Hasher>(&self, state: &mut H) {
-        self.object.hash(state)
-    }
-}
-
 impl ScalarUDFImpl for KeyDefinition {
     fn name(&self) -> &str {
         match self.object {
@@ -645,20 +631,6 @@ struct ViewDefinition {
     signature: Signature,
 }
 
-impl PartialEq for ViewDefinition {
-    fn eq(&self, _other: &Self) -> bool {
-        true
-    }
-}
-
-impl Eq for ViewDefinition {}
-
-impl std::hash::Hash for ViewDefinition {
-    fn hash<H: std::hash::Hasher>(&self, state: &mut H) {
-        "pg_get_viewdef".hash(state)
-    }
-}
-
 impl ScalarUDFImpl for ViewDefinition {
     fn name(&self) -> &str {
         "pg_get_viewdef"
@@ -674,13 +646,10 @@ impl ScalarUDFImpl for ViewDefinition {
 
     fn invoke_with_args(&self, args: ScalarFunctionArgs) -> DFResult<ColumnarValue> {
         let arrays = ColumnarValue::values_to_arrays(&args.args)?;
-        let oids = arrow::compute::cast(&arrays[0], &DataType::Int32)?;
-        let oids = oids.as_primitive::<Int32Type>();
-        let known = self.oids.read();
-        let out: StringArray = (0..oids.len())
-            .map(|i| {
-                let id = known.get(&oids.value(i))?;
-                let rel = self.catalog.get_by_id(*id)?;
+        let out: StringArray = relations_of(&arrays[0], &self.oids, &self.catalog)?
+            .into_iter()
+            .map(|rel| {
+                let rel = rel?;
                 (rel.kind == RelationKind::View).then(|| format!(" {};", rel.definition))
             })
             .collect();
@@ -697,20 +666,6 @@ struct Description {
     catalog: Arc<Catalog>,
     oids: OidMap,
     signature: Signature,
-}
-
-impl PartialEq for Description {
-    fn eq(&self, other: &Self) -> bool {
-        self.of_column == other.of_column
-    }
-}
-
-impl Eq for Description {}
-
-impl std::hash::Hash for Description {
-    fn hash<H: std::hash::Hasher>(&self, state: &mut H) {
-        self.name().hash(state)
-    }
 }
 
 impl ScalarUDFImpl for Description {
@@ -732,21 +687,16 @@ impl ScalarUDFImpl for Description {
 
     fn invoke_with_args(&self, args: ScalarFunctionArgs) -> DFResult<ColumnarValue> {
         let arrays = ColumnarValue::values_to_arrays(&args.args)?;
-        let oids = arrow::compute::cast(&arrays[0], &DataType::Int32)?;
-        let oids = oids.as_primitive::<Int32Type>();
-        let columns = match (self.of_column, arrays.get(1)) {
+        let attnums = match (self.of_column, arrays.get(1)) {
             (true, Some(a)) => Some(arrow::compute::cast(a, &DataType::Int32)?),
             _ => None,
         };
-        let known = self.oids.read();
-        let out: StringArray = (0..oids.len())
-            .map(|i| {
-                if oids.is_null(i) {
-                    return None;
-                }
-                let id = known.get(&oids.value(i))?;
-                let rel = self.catalog.get_by_id(*id)?;
-                match &columns {
+        let out: StringArray = relations_of(&arrays[0], &self.oids, &self.catalog)?
+            .into_iter()
+            .enumerate()
+            .map(|(i, rel)| {
+                let rel = rel?;
+                match &attnums {
                     Some(attnums) => {
                         let attnums = attnums.as_primitive::<Int32Type>();
                         let attnum = usize::try_from(attnums.value(i)).ok()?.checked_sub(1)?;
@@ -771,20 +721,6 @@ struct RelationSize {
     signature: Signature,
 }
 
-impl PartialEq for RelationSize {
-    fn eq(&self, other: &Self) -> bool {
-        self.name == other.name
-    }
-}
-
-impl Eq for RelationSize {}
-
-impl std::hash::Hash for RelationSize {
-    fn hash<H: std::hash::Hasher>(&self, state: &mut H) {
-        self.name.hash(state)
-    }
-}
-
 impl ScalarUDFImpl for RelationSize {
     fn name(&self) -> &str {
         self.name
@@ -800,30 +736,10 @@ impl ScalarUDFImpl for RelationSize {
 
     fn invoke_with_args(&self, args: ScalarFunctionArgs) -> DFResult<ColumnarValue> {
         let arrays = ColumnarValue::values_to_arrays(&args.args)?;
-        let relation = |i: usize| -> Option<Relation> {
-            if arrays[0].is_null(i) {
-                return None;
-            }
-            match arrays[0].data_type() {
-                DataType::Utf8 | DataType::LargeUtf8 | DataType::Utf8View => {
-                    let names = arrow::compute::cast(&arrays[0], &DataType::Utf8).ok()?;
-                    let name = names.as_string::<i32>().value(i).to_string();
-                    self.catalog
-                        .get(name.strip_prefix("public.").unwrap_or(&name))
-                }
-                _ => {
-                    let oids = arrow::compute::cast(&arrays[0], &DataType::Int32).ok()?;
-                    let id = *self
-                        .oids
-                        .read()
-                        .get(&oids.as_primitive::<Int32Type>().value(i))?;
-                    self.catalog.get_by_id(id)
-                }
-            }
-        };
-        let mut out = arrow::array::Int64Builder::with_capacity(arrays[0].len());
-        for i in 0..arrays[0].len() {
-            match relation(i) {
+        let relations = relations_of(&arrays[0], &self.oids, &self.catalog)?;
+        let mut out = arrow::array::Int64Builder::with_capacity(relations.len());
+        for rel in relations {
+            match rel {
                 Some(rel)
                     if matches!(
                         rel.kind,
@@ -842,6 +758,57 @@ impl ScalarUDFImpl for RelationSize {
         }
         Ok(ColumnarValue::Array(Arc::new(out.finish())))
     }
+}
+
+/// DataFusion compares and hashes functions; these are told apart by their names alone.
+macro_rules! identified_by_name {
+    ($($ty:ty),*) => {$(
+        impl PartialEq for $ty {
+            fn eq(&self, other: &Self) -> bool {
+                self.name() == other.name()
+            }
+        }
+
+        impl Eq for $ty {}
+
+        impl std::hash::Hash for $ty {
+            fn hash<H: std::hash::Hasher>(&self, state: &mut H) {
+                self.name().hash(state)
+            }
+        }
+    )*};
+}
+
+identified_by_name!(KeyDefinition, ViewDefinition, Description, RelationSize);
+
+/// The Eddy relation of each value of a function's first argument: a `pg_class` oid (as
+/// the last scan of `pg_class` gave it) or a relation's name (`t`, `public.t`).
+fn relations_of(
+    array: &arrow::array::ArrayRef,
+    oids: &OidMap,
+    catalog: &Catalog,
+) -> DFResult<Vec<Option<Relation>>> {
+    if matches!(
+        array.data_type(),
+        DataType::Utf8 | DataType::LargeUtf8 | DataType::Utf8View
+    ) {
+        let names = arrow::compute::cast(array, &DataType::Utf8)?;
+        return Ok(names
+            .as_string::<i32>()
+            .iter()
+            .map(|name| {
+                let name = name?;
+                catalog.get(name.strip_prefix("public.").unwrap_or(name))
+            })
+            .collect());
+    }
+    let values = arrow::compute::cast(array, &DataType::Int32)?;
+    let known = oids.read();
+    Ok(values
+        .as_primitive::<Int32Type>()
+        .iter()
+        .map(|oid| catalog.get_by_id(*known.get(&oid?)?))
+        .collect())
 }
 
 fn key_columns(rel: &Relation) -> String {

@@ -643,21 +643,16 @@ fn state_tables_rows(sources: &SystemSources, schema: SchemaRef) -> DFResult<Rec
         (vec![], vec![], vec![], vec![], vec![], vec![]);
     for job in sources.jobs.jobs() {
         for (id, fragment, operator) in &job.state_tables {
-            let (mut n, mut size) = (0i64, 0i64);
-            sources
+            let (n, size) = sources
                 .store
-                .scan_prefix(&crate::state::keys::table_prefix(*id), |k, v| {
-                    n += 1;
-                    size += (k.len() + v.len()) as i64;
-                    Ok(())
-                })
+                .table_footprint(*id)
                 .map_err(crate::error::EddyError::into_datafusion)?;
             jobs.push(job.name.clone());
             fragments.push(*fragment as i32);
             operators.push(operator.clone());
             ids.push(*id as i64);
-            rows.push(n);
-            bytes.push(size);
+            rows.push(n as i64);
+            bytes.push(size as i64);
         }
     }
     Ok(RecordBatch::try_new(

@@ -44,54 +44,48 @@ pub fn udfs() -> Vec<ScalarUDF> {
     .collect()
 }
 
-fn justify_hours(v: IntervalMonthDayNano) -> IntervalMonthDayNano {
-    let whole_days = v.nanoseconds / NANOS_PER_DAY;
-    let mut days = v.days + whole_days as i32;
-    let mut nanos = v.nanoseconds - whole_days * NANOS_PER_DAY;
-    if days > 0 && nanos < 0 {
-        nanos += NANOS_PER_DAY;
-        days -= 1;
-    } else if days < 0 && nanos > 0 {
-        nanos -= NANOS_PER_DAY;
-        days += 1;
+/// Gives a smaller part the sign of the larger one (`1 day -1 hour` is `23:00:00`) by
+/// moving one `unit` of it across.
+fn balance(large: &mut i64, small: &mut i64, unit: i64) {
+    if *large > 0 && *small < 0 {
+        *small += unit;
+        *large -= 1;
+    } else if *large < 0 && *small > 0 {
+        *small -= unit;
+        *large += 1;
     }
-    IntervalMonthDayNano::new(v.months, days, nanos)
+}
+
+fn justify_hours(v: IntervalMonthDayNano) -> IntervalMonthDayNano {
+    let mut days = i64::from(v.days) + v.nanoseconds / NANOS_PER_DAY;
+    let mut nanos = v.nanoseconds % NANOS_PER_DAY;
+    balance(&mut days, &mut nanos, NANOS_PER_DAY);
+    IntervalMonthDayNano::new(v.months, days as i32, nanos)
 }
 
 fn justify_days(v: IntervalMonthDayNano) -> IntervalMonthDayNano {
-    let whole_months = v.days / DAYS_PER_MONTH;
-    let mut months = v.months + whole_months;
-    let mut days = v.days - whole_months * DAYS_PER_MONTH;
-    if months > 0 && days < 0 {
-        days += DAYS_PER_MONTH;
-        months -= 1;
-    } else if months < 0 && days > 0 {
-        days -= DAYS_PER_MONTH;
-        months += 1;
-    }
-    IntervalMonthDayNano::new(months, days, v.nanoseconds)
+    let mut months = i64::from(v.months) + i64::from(v.days / DAYS_PER_MONTH);
+    let mut days = i64::from(v.days % DAYS_PER_MONTH);
+    balance(&mut months, &mut days, i64::from(DAYS_PER_MONTH));
+    IntervalMonthDayNano::new(months as i32, days as i32, v.nanoseconds)
 }
 
 fn justify_interval(v: IntervalMonthDayNano) -> IntervalMonthDayNano {
-    let whole_days = v.nanoseconds / NANOS_PER_DAY;
-    let mut nanos = v.nanoseconds - whole_days * NANOS_PER_DAY;
-    let days = v.days + whole_days as i32;
-    let whole_months = days / DAYS_PER_MONTH;
-    let mut days = days - whole_months * DAYS_PER_MONTH;
-    let mut months = v.months + whole_months;
-    if months > 0 && (days < 0 || (days == 0 && nanos < 0)) {
-        days += DAYS_PER_MONTH;
-        months -= 1;
-    } else if months < 0 && (days > 0 || (days == 0 && nanos > 0)) {
-        days -= DAYS_PER_MONTH;
-        months += 1;
+    let mut nanos = v.nanoseconds % NANOS_PER_DAY;
+    let days = i64::from(v.days) + v.nanoseconds / NANOS_PER_DAY;
+    let mut months = i64::from(v.months) + days / i64::from(DAYS_PER_MONTH);
+    let mut days = days % i64::from(DAYS_PER_MONTH);
+    // A whole month goes back to days when the days (or, without days, the time) are of
+    // the other sign; then the days and the time are balanced.
+    let against_months = if days == 0 {
+        nanos.signum()
+    } else {
+        days.signum()
+    };
+    if months.signum() * against_months < 0 {
+        days += i64::from(DAYS_PER_MONTH) * months.signum();
+        months -= months.signum();
     }
-    if days > 0 && nanos < 0 {
-        nanos += NANOS_PER_DAY;
-        days -= 1;
-    } else if days < 0 && nanos > 0 {
-        nanos -= NANOS_PER_DAY;
-        days += 1;
-    }
-    IntervalMonthDayNano::new(months, days, nanos)
+    balance(&mut days, &mut nanos, NANOS_PER_DAY);
+    IntervalMonthDayNano::new(months as i32, days as i32, nanos)
 }

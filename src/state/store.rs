@@ -110,6 +110,17 @@ impl StateStore {
     }
 
     /// Visits every key-value pair whose key starts with `prefix`, in key order.
+    /// The rows and bytes (keys and values) one table or state table holds.
+    pub fn table_footprint(&self, table_id: u32) -> Result<(u64, u64)> {
+        let (mut rows, mut bytes) = (0u64, 0u64);
+        self.scan_prefix(&super::keys::table_prefix(table_id), |k, v| {
+            rows += 1;
+            bytes += (k.len() + v.len()) as u64;
+            Ok(())
+        })?;
+        Ok((rows, bytes))
+    }
+
     pub fn scan_prefix(
         &self,
         prefix: &[u8],
