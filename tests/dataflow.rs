@@ -1,4 +1,5 @@
-//! The parallel dataflow under load: backpressure from a slow sink reaches the source,
+//! The parallel dataflow under load: backpressure from a slow sink reaches the source
+//! (also through a view the sink reads),
 //! and views over a table that is inserted into, updated and deleted from — in batches
 //! of random sizes — equal the same queries computed in batch, at parallelism 1 and 4.
 
@@ -89,6 +90,68 @@ async fn slow_sink_slows_the_source_and_memory_stays_bounded() {
             r.get::<_, i32>(0)
         );
     }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn slow_reader_of_a_view_slows_the_view() {
+    let server = TestServer::start();
+    let client = server.connect().await;
+    // A view over a generator of 100 000 rows a second, read by a sink that takes 2000: the
+    // view's subtasks wait for the sink at their barrier, so the view's source stops
+    // reading instead of the view's changes queueing up in front of the sink.
+    client
+        .batch_execute(
+            "SET streaming_parallelism = 2;
+             CREATE SOURCE fast (id BIGINT, v INT) WITH (
+                 connector = 'datagen', fields.id.kind = 'sequence',
+                 fields.v.min = 1, fields.v.max = 100, datagen.split.num = 2,
+                 datagen.rows.per.second = 100000);
+             CREATE MATERIALIZED VIEW mid AS SELECT id, v FROM fast WHERE v > 0;
+             CREATE SINK slow AS SELECT id, v FROM mid
+                 WITH (connector = 'blackhole', blackhole.rows.per.second = 2000);",
+        )
+        .await
+        .unwrap();
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    let (read_1, _) = job_counters(&client, "mid").await;
+    let rss_1 = resident_kb(server.pid());
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    let (read_2, _) = job_counters(&client, "mid").await;
+    let (_, sunk) = job_counters(&client, "slow").await;
+    let rss_2 = resident_kb(server.pid());
+    assert!(read_1 > 0, "the view read its source");
+    assert!(sunk > 0, "the sink reads the view");
+    // The first epoch's rows are still draining into the sink: the view's source is
+    // held back (at most its channels' worth of rows: 2 x 9 x 1024, plus a batch each),
+    // where without backpressure it would read 300 000.
+    let read = read_2 - read_1;
+    assert!(
+        read < 30_000,
+        "the view read {read} rows in 3 s behind a 2000 rows/s reader"
+    );
+    assert!(
+        rss_2 < rss_1 + 50 * 1024,
+        "memory grew from {rss_1} kB to {rss_2} kB"
+    );
+    // The view's last subtasks spend their time waiting for the sink.
+    let rows = view_rows(
+        &client,
+        "SELECT subtask, backpressured FROM eddy_catalog.tasks
+         WHERE job = 'mid' AND operators LIKE '%Materialize' ORDER BY subtask",
+    )
+    .await;
+    assert_eq!(rows.len(), 2, "the view runs two subtasks: {rows:?}");
+    assert!(
+        rows.iter().any(|r| r[1].parse::<f64>().unwrap() > 0.3),
+        "the view's subtasks were not held back: {rows:?}"
+    );
+    // Its reader reads the view with two subtasks, one per share of its keys.
+    let readers = view_rows(
+        &client,
+        "SELECT count(*) FROM eddy_catalog.tasks WHERE job = 'slow' AND operators LIKE 'Changes%'",
+    )
+    .await;
+    assert_eq!(readers[0][0], "2");
 }
 
 /// Views over `t` (and over each other); each is compared with the same query run as a

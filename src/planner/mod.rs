@@ -618,6 +618,15 @@ fn fragment_of(node: Node, fragments: &mut Vec<Fragment>, parallelism: usize) ->
             } else {
                 vec![]
             };
+            // A view's change stream is read at the job's parallelism, each subtask
+            // owning a share of its stream keys; a table's has one writer at a time and
+            // carries the table's log position (and watermark generator) in one subtask.
+            let subtasks = if relation.kind == RelationKind::MaterializedView && watermark.is_none()
+            {
+                parallelism
+            } else {
+                1
+            };
             fragments.push(Fragment {
                 input: FragmentInput::Changes {
                     relation,
@@ -625,7 +634,7 @@ fn fragment_of(node: Node, fragments: &mut Vec<Fragment>, parallelism: usize) ->
                     watermark,
                 },
                 chain,
-                parallelism: 1,
+                parallelism: subtasks,
                 keyed: !append_only,
             });
             fragments.len() - 1

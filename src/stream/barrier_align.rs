@@ -23,13 +23,13 @@ use datafusion::common::ScalarValue;
 use std::collections::{HashMap, VecDeque};
 use std::future::poll_fn;
 use std::task::Poll;
-use tokio::sync::mpsc::{Receiver, UnboundedReceiver};
+use tokio::sync::mpsc::Receiver;
 
 pub enum Input {
     /// From another task (bounded: backpressure).
     Task(Receiver<Message>),
-    /// From a table's or view's change log.
-    Changes(UnboundedReceiver<Message>),
+    /// From a table's or view's change log (a view's publishers wait for its readers).
+    Changes(crate::state::changelog::ChangeReceiver),
 }
 
 impl Input {

@@ -462,7 +462,9 @@ impl JobRegistry {
                 &fragment.input,
                 FragmentInput::Changes { relation, .. } if relation.kind == RelationKind::Table
             );
-            let mut changes: Option<(Vec<StreamChunk>, Vec<Input>)> = match &fragment.input {
+            // Per subtask of a change stream: its part of the snapshot and its receivers
+            // (a view is read by several subtasks, each owning a share of the stream keys).
+            let mut changes: Vec<Option<(Vec<StreamChunk>, Vec<Input>)>> = match &fragment.input {
                 FragmentInput::Changes { relation, .. } => {
                     let table = table_of(relation)?;
                     if reads_table {
@@ -471,30 +473,38 @@ impl JobRegistry {
                     // A new job starts from the current rows; a resuming one from where
                     // its checkpoint left the table's log (a view it reads is restored to
                     // the same epoch as the job, so it needs only the view's changes).
-                    let (snapshot, receivers) = table.changes().subscribe(|last| {
-                        if !state.resume {
-                            return table.snapshot();
-                        }
-                        if !reads_table {
-                            return Ok(vec![]);
-                        }
-                        let (position, _) = log_positions.get(&f).ok_or_else(|| {
-                            crate::error::EddyError::internal(format!(
-                                "job {name} has no position in the change log of {}",
-                                relation.name
-                            ))
-                        })?;
-                        table.logged_changes_after(*position, last.unwrap_or(0))
-                    })?;
+                    let readers =
+                        table
+                            .changes()
+                            .subscribe_partitioned(fragment.parallelism, |last| {
+                                if !state.resume {
+                                    return table.snapshot();
+                                }
+                                if !reads_table {
+                                    return Ok(vec![]);
+                                }
+                                let (position, _) = log_positions.get(&f).ok_or_else(|| {
+                                    crate::error::EddyError::internal(format!(
+                                        "job {name} has no position in the change log of {}",
+                                        relation.name
+                                    ))
+                                })?;
+                                table.logged_changes_after(*position, last.unwrap_or(0))
+                            })?;
                     if reads_table {
                         tables.push(table.clone());
                     }
-                    Some((
-                        snapshot,
-                        receivers.into_iter().map(Input::Changes).collect(),
-                    ))
+                    readers
+                        .into_iter()
+                        .map(|(snapshot, receivers)| {
+                            Some((
+                                snapshot,
+                                receivers.into_iter().map(Input::Changes).collect(),
+                            ))
+                        })
+                        .collect()
                 }
-                _ => None,
+                _ => vec![],
             };
             for subtask in 0..fragment.parallelism {
                 let placement = self.workers.place(subtask);
@@ -545,9 +555,14 @@ impl JobRegistry {
                         watermark,
                         ..
                     } => {
-                        let (snapshot, receivers) = changes.take().ok_or_else(|| {
-                            crate::error::EddyError::internal("a change stream has one subtask")
-                        })?;
+                        let (snapshot, receivers) = changes
+                            .get_mut(subtask)
+                            .and_then(Option::take)
+                            .ok_or_else(|| {
+                                crate::error::EddyError::internal(
+                                    "a change stream subtask without its receivers",
+                                )
+                            })?;
                         let (tx, rx) = unbounded_channel();
                         injectors.push(tx);
                         let mut generator = watermark

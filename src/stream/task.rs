@@ -864,14 +864,22 @@ impl Task {
                 publisher,
                 pending,
             } => {
-                let busy = Instant::now();
-                for chunk in pending.drain(..) {
+                let mut stop = job.stop_receiver();
+                for chunk in std::mem::take(pending) {
+                    let busy = Instant::now();
                     table.apply_chunk(*publisher, &chunk)?;
                     job.rows_written
                         .fetch_add(chunk.num_rows() as u64, Ordering::Relaxed);
+                    add_time(&self.info.busy_ns, busy);
+                    // Views reading this one that fell behind hold it back here.
+                    let waiting = Instant::now();
+                    tokio::select! {
+                        _ = table.changes().wait_for_readers(*publisher) => {}
+                        _ = stopped(&mut stop) => return Ok(false),
+                    }
+                    add_time(&self.info.backpressure_ns, waiting);
                 }
                 table.changes().barrier(*publisher, barrier);
-                add_time(&self.info.busy_ns, busy);
                 true
             }
             TaskOutput::Blackhole { .. } => true,
