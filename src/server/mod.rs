@@ -72,7 +72,7 @@ pub async fn run(config: Config) -> anyhow::Result<()> {
         let _ = std::fs::remove_dir_all(&restored.dir);
     }
     bootstrap_root(&engine, &config)?;
-    crate::session::materialized_views::restart_all(&engine)
+    crate::session::jobs::restart_all(&engine)
         .await
         .map_err(|e| anyhow::anyhow!("cannot restart materialized views: {e}"))?;
     crate::session::cdc::start_all(&engine)

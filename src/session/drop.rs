@@ -38,7 +38,7 @@ fn drop_one(engine: &Engine, rel: &Relation) -> Result<()> {
         RelationKind::MaterializedView | RelationKind::Sink => {
             engine.jobs.stop(&rel.name);
             engine.checkpoints.remove_commit_hook(&rel.name);
-            super::materialized_views::clear_job_state(engine, rel)?;
+            super::jobs::clear_job_state(engine, rel)?;
             stop_logging_unread_tables(engine, rel)?;
         }
         _ => {}

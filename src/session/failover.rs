@@ -12,8 +12,8 @@
 //! restarts and last error.
 
 use super::Engine;
-use super::materialized_views::restart_job;
-use crate::catalog::{Relation, RelationKind};
+use super::jobs::{RestartFrom, region, restart_jobs};
+use crate::catalog::RelationKind;
 use crate::error::Result;
 use std::collections::HashMap;
 use std::sync::{Arc, Weak};
@@ -65,82 +65,23 @@ pub fn start(engine: &Arc<Engine>) {
     });
 }
 
-/// The materialized views and sinks connected to `start` through `depends_on`, in
-/// creation order.
-pub(super) fn region(start: &Relation, relations: &[Relation]) -> Vec<Relation> {
-    let is_job =
-        |r: &Relation| matches!(r.kind, RelationKind::MaterializedView | RelationKind::Sink);
-    let mut found = vec![start.clone()];
-    let mut frontier = vec![start.clone()];
-    while let Some(current) = frontier.pop() {
-        for r in relations.iter().filter(|r| is_job(r)) {
-            let linked = r.depends_on.contains(&current.id) || current.depends_on.contains(&r.id);
-            if linked && !found.iter().any(|f| f.id == r.id) {
-                found.push(r.clone());
-                frontier.push(r.clone());
-            }
-        }
-    }
-    found.sort_by_key(|r| r.id);
-    found
-}
-
 async fn restart_region(engine: &Engine, name: &str, attempt: u64) -> Result<()> {
     let relations = engine.catalog.relations();
     let Some(failed) = relations.iter().find(|r| r.name == name).cloned() else {
         return Ok(()); // dropped meanwhile
     };
-    let jobs = region(&failed, &relations);
     let failure = engine
         .jobs
         .jobs()
         .into_iter()
         .find(|j| j.name == name)
         .and_then(|j| j.error.lock().clone());
-    let paused = engine.checkpoints.pause().await;
-    for r in jobs.iter().rev() {
-        engine.jobs.stop_and_wait(&r.name).await;
-    }
-    let staging = engine.checkpoints.hold_staging().await;
-    let committed = engine.checkpoints.committed_epoch();
-    let checkpoint = if committed > 0 {
-        Some(
-            crate::checkpoint::recovery::fetch(
-                &engine.config,
-                engine.checkpoints.storage(),
-                committed,
-            )
-            .await?,
-        )
-    } else {
-        None
-    };
-    // The region resumes together or not at all: a job the checkpoint does not hold
-    // (it had failed, or started later) starts afresh, and so must every job it feeds or
-    // reads from.
-    let covered = checkpoint
-        .as_ref()
-        .is_some_and(|(m, _)| jobs.iter().all(|r| m.jobs.contains(&r.name)));
-    if let Some((manifest, dir)) = checkpoint.as_ref().filter(|_| covered) {
-        crate::checkpoint::recovery::restore_relations(&engine.store, dir, manifest.epoch, &jobs)?;
-    }
-    std::mem::drop(staging);
-    let resume =
-        covered && super::materialized_views::region_can_resume(engine, &jobs, &relations).await?;
-    let mut reads_changes = false;
-    for r in &jobs {
-        reads_changes |= restart_job(engine, r, resume).await?;
-        if r.id == failed.id
-            && let Some(job) = engine.jobs.jobs().into_iter().find(|j| j.name == r.name)
-        {
-            job.restarts
-                .store(attempt, std::sync::atomic::Ordering::Relaxed);
-            *job.last_failure.lock() = failure.clone();
-        }
-    }
-    std::mem::drop(paused);
-    if reads_changes {
-        engine.checkpoints.run_round().await;
+    let region = region(&failed, &relations);
+    restart_jobs(engine, &region, RestartFrom::CommittedCheckpoint, || Ok(())).await?;
+    if let Some(job) = engine.jobs.jobs().into_iter().find(|j| j.name == name) {
+        job.restarts
+            .store(attempt, std::sync::atomic::Ordering::Relaxed);
+        *job.last_failure.lock() = failure;
     }
     Ok(())
 }

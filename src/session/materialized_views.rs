@@ -1,18 +1,16 @@
-//! `CREATE MATERIALIZED VIEW`, `DROP MATERIALIZED VIEW`, `SHOW MATERIALIZED VIEWS`, and
-//! (re)starting their jobs.
-//!
-//! Until checkpoints exist, a restart recomputes every view from the beginning of its
-//! sources: the view's state is cleared and its job starts again. Sources are
-//! deterministic, so the result is the same as in an uninterrupted run.
+//! `CREATE MATERIALIZED VIEW`, `DROP MATERIALIZED VIEW`, `SHOW MATERIALIZED VIEWS`,
+//! `EXPLAIN` and `ALTER ... SET PARALLELISM`: planning views' queries as stream graphs.
+//! Their jobs are started, stopped and restarted by `jobs.rs`.
 
 use super::ddl::{ident_name, relation_name, view_columns};
+use super::jobs::{restart_around, start_job};
 use super::{Engine, Outcome, Session, text_rows};
 use crate::catalog::{Relation, RelationKind};
 use crate::error::{EddyError, Result, sqlstate};
 use crate::planner::{PlanContext, plan_job};
 use crate::sql::alter_parallelism::AlterParallelism;
 use crate::stream::graph::{FragmentInput, StreamGraph, Terminal};
-use crate::stream::job::{JobOutput, JobStateLocation};
+use crate::stream::job::JobOutput;
 use datafusion::sql::sqlparser::ast::{self, CreateView};
 
 /// Plans a view's or sink's query as a stream graph.
@@ -82,64 +80,6 @@ pub(super) async fn explain(
     )
     .await?;
     text_rows("QUERY PLAN", graph.explain(Terminal::Materialize))
-}
-
-/// Starts a view's or sink's job; when it reads tables or views, waits until their
-/// current rows have gone through it (as `CREATE MATERIALIZED VIEW` does in RisingWave).
-pub(super) async fn start_job(
-    engine: &Engine,
-    rel: &Relation,
-    graph: &StreamGraph,
-    output: JobOutput,
-    resume: bool,
-) -> Result<()> {
-    // Subscribing to a view's change log between barrier rounds: a view publishes its
-    // changes only at barriers, one publisher (subtask) after another, so mid-round the
-    // new job could find some publishers past the round's barrier and others not — its
-    // barriers would then stay one epoch off on those inputs, and its checkpoints would
-    // not match the view's.
-    let paused = engine.checkpoints.pause().await;
-    let reads_changes = spawn_job(engine, rel, graph, output, resume)?;
-    std::mem::drop(paused);
-    if reads_changes {
-        // The rows the tables and views read already hold, readable once committed.
-        engine.checkpoints.flush().await;
-    }
-    Ok(())
-}
-
-/// Starts a job; returns whether it reads tables, views or constants (whose current rows
-/// then reach it at the next barrier).
-pub(super) fn spawn_job(
-    engine: &Engine,
-    rel: &Relation,
-    graph: &StreamGraph,
-    output: JobOutput,
-    resume: bool,
-) -> Result<bool> {
-    let provider = engine.schema_provider.clone();
-    engine.jobs.spawn(
-        &rel.name,
-        graph,
-        output,
-        &|r| provider.state_table_for(r),
-        &JobStateLocation {
-            relation_id: rel.id,
-            store: engine.store.clone(),
-            resume,
-        },
-    )?;
-    // The constants of a `VALUES` list go through before the first barrier too.
-    Ok(graph.fragments.iter().any(|f| {
-        matches!(
-            &f.input,
-            FragmentInput::Changes { .. }
-                | FragmentInput::Connector {
-                    spec: crate::connectors::ConnectorSpec::Values(_),
-                    ..
-                }
-        )
-    }))
 }
 
 pub(super) async fn create(
@@ -250,139 +190,6 @@ pub(super) async fn drop(
     Ok(Outcome::Command("DROP_MATERIALIZED_VIEW".into()))
 }
 
-/// Starts the job of every materialized view and sink, in creation order so that a view
-/// starts before the views over it. After a restored checkpoint, jobs resume from its
-/// state (those reading tables replay the tables' logged changes since it); every job
-/// starts afresh when there is no checkpoint.
-pub async fn restart_all(engine: &Engine) -> Result<()> {
-    let mut relations = engine.catalog.relations();
-    relations.sort_by_key(|r| r.id);
-    let paused = engine.checkpoints.pause().await;
-    let mut reads_changes = false;
-    // Per job: whether it can resume (asked once, for every region it is part of).
-    let mut can_resume: std::collections::HashMap<u32, bool> = Default::default();
-    for rel in &relations {
-        if matches!(
-            rel.kind,
-            RelationKind::MaterializedView | RelationKind::Sink
-        ) && engine.restored.is_some()
-        {
-            can_resume.insert(rel.id, job_can_resume(engine, rel, &relations).await?);
-        }
-    }
-    for rel in &relations {
-        if !matches!(
-            rel.kind,
-            RelationKind::MaterializedView | RelationKind::Sink
-        ) {
-            continue;
-        }
-        // A job resumes only if the checkpoint holds every job of its region (the jobs
-        // it reads from or feeds): one started afresh would feed the others twice.
-        let region = super::failover::region(rel, &relations);
-        let resume = engine
-            .restored
-            .as_ref()
-            .is_some_and(|m| region.iter().all(|r| m.jobs.contains(&r.name)))
-            && region.iter().all(|r| can_resume.get(&r.id) == Some(&true));
-        reads_changes |= restart_job(engine, rel, resume).await?;
-    }
-    std::mem::drop(paused);
-    if reads_changes {
-        engine.checkpoints.run_round().await;
-    }
-    Ok(())
-}
-
-/// Plans a stored view's or sink's query again, at its parallelism (the workers' count
-/// when it follows them).
-async fn replan(engine: &Engine, rel: &Relation) -> Result<StreamGraph> {
-    let parallelism = rel.parallelism.unwrap_or(engine.jobs.worker_count());
-    let (_, graph) = plan_graph(
-        engine,
-        &rel.definition,
-        parallelism,
-        rel.emit_on_window_close,
-    )
-    .await?;
-    Ok(graph)
-}
-
-/// Whether a job can resume from the state the store holds for it: it recorded its
-/// positions in the logs of the tables it reads, and its query still plans to the state
-/// tables that state was written for (a job whose layout was not recorded, by an older
-/// Eddy, is trusted). A region resumes only if all its jobs can: one started afresh
-/// would feed the others, or be fed, twice.
-async fn job_can_resume(engine: &Engine, rel: &Relation, relations: &[Relation]) -> Result<bool> {
-    if !crate::checkpoint::recovery::table_positions_recorded(&engine.store, rel, relations)? {
-        return Ok(false);
-    }
-    if rel.state_layout.is_empty() {
-        return Ok(true);
-    }
-    let layout = replan(engine, rel).await?.state_layout()?;
-    if layout != rel.state_layout {
-        tracing::warn!(
-            job = %rel.name,
-            stored = ?rel.state_layout,
-            planned = ?layout,
-            "the query now plans to other state tables than its stored state was written \
-             for: it starts afresh"
-        );
-        return Ok(false);
-    }
-    Ok(true)
-}
-
-/// [`job_can_resume`] for every job of a region.
-pub(super) async fn region_can_resume(
-    engine: &Engine,
-    region: &[Relation],
-    relations: &[Relation],
-) -> Result<bool> {
-    for rel in region {
-        if !job_can_resume(engine, rel, relations).await? {
-            return Ok(false);
-        }
-    }
-    Ok(true)
-}
-
-/// Deletes a job's internal state (aggregates, source positions): it starts afresh.
-pub(super) fn clear_job_state(engine: &Engine, rel: &Relation) -> Result<()> {
-    let (start, end) = crate::state::operator_state::internal_table_range(rel.id);
-    engine
-        .store
-        .delete_range(&start.to_be_bytes(), &end.to_be_bytes())
-}
-
-/// Starts a materialized view's or sink's job again: from the state it has in the store
-/// (`resume`), or afresh with its view emptied and its internal state deleted. Returns
-/// whether the job reads tables or views (a barrier then brings their rows in).
-pub(super) async fn restart_job(engine: &Engine, rel: &Relation, resume: bool) -> Result<bool> {
-    if !resume {
-        clear_job_state(engine, rel)?;
-    }
-    let graph = replan(engine, rel).await?;
-    // What the job's state is now written for (recorded for catalogs without it, or
-    // after a layout change made the job start afresh).
-    let layout = graph.state_layout()?;
-    if layout != rel.state_layout {
-        engine.catalog.set_state_layout(&rel.name, layout)?;
-    }
-    let output = match rel.kind {
-        RelationKind::MaterializedView => {
-            let table = engine.schema_provider.state_table_for(rel)?;
-            if !resume {
-                table.truncate()?;
-            }
-            JobOutput::View(table)
-        }
-        _ => super::sinks::job_output(engine, rel, &graph, false).await?,
-    };
-    spawn_job(engine, rel, &graph, output, resume)
-}
-
 /// `ALTER MATERIALIZED VIEW name SET PARALLELISM = n` (or `ALTER SINK`): the job, and
 /// every job reading its view, restart from their state at the last barrier — barrier
 /// rounds are paused meanwhile, so that state is one epoch for all of them — at the new
@@ -435,56 +242,4 @@ pub(super) async fn alter_parallelism(
         "ALTER_{}",
         alter.kind.replace(' ', "_")
     )))
-}
-
-/// Stops a job and every job reading its view (directly or not), makes a catalog
-/// `change` while they are stopped, and restarts them all from their state at the last
-/// barrier. Barrier rounds are paused meanwhile, so that state is one epoch for all of
-/// them (jobs reading tables replay the tables' logged changes since that barrier); a
-/// round runs after, so the next checkpoint records the jobs as they now are.
-pub(super) async fn restart_around(
-    engine: &Engine,
-    rel: &Relation,
-    change: impl FnOnce() -> Result<()>,
-) -> Result<()> {
-    let relations = engine.catalog.relations();
-    let mut affected = vec![rel.clone()];
-    let mut frontier = vec![rel.id];
-    while let Some(id) = frontier.pop() {
-        for r in &relations {
-            if r.depends_on.contains(&id) && !affected.iter().any(|a| a.id == r.id) {
-                frontier.push(r.id);
-                affected.push(r.clone());
-            }
-        }
-    }
-    // Plain views and indexes over the view have no job of their own.
-    affected.retain(|r| matches!(r.kind, RelationKind::MaterializedView | RelationKind::Sink));
-    affected.sort_by_key(|r| r.id);
-    let paused = engine.checkpoints.pause().await;
-    for r in affected.iter().rev() {
-        engine.jobs.stop_and_wait(&r.name).await;
-    }
-    // The jobs run again whether the change was made or not, as the catalog now has them.
-    let changed = change();
-    let relations = engine.catalog.relations();
-    let affected: Vec<Relation> = affected
-        .iter()
-        .map(|r| engine.catalog.get_by_id(r.id).unwrap_or_else(|| r.clone()))
-        .collect();
-    let resume = region_can_resume(engine, &affected, &relations).await?;
-    for r in &affected {
-        restart_job(engine, r, resume).await?;
-    }
-    // A renamed job's run under its old name is listed until removed.
-    if engine
-        .catalog
-        .get_by_id(rel.id)
-        .is_some_and(|now| now.name != rel.name)
-    {
-        engine.jobs.stop(&rel.name);
-    }
-    std::mem::drop(paused);
-    engine.checkpoints.run_round().await;
-    changed
 }

@@ -28,6 +28,7 @@ mod hidden_columns;
 mod indexes;
 mod integral_decimal;
 mod interval_arithmetic;
+pub mod jobs;
 mod justify_functions;
 pub mod kafka_tables;
 pub mod materialized_views;

@@ -80,7 +80,7 @@ pub(super) async fn execute(session: &Session, alter: AlterRename) -> Result<Out
     };
     match rel.kind {
         RelationKind::MaterializedView | RelationKind::Sink => {
-            super::materialized_views::restart_around(engine, &rel, rename).await?
+            super::jobs::restart_around(engine, &rel, rename).await?
         }
         _ => rename()?,
     }

@@ -48,7 +48,7 @@ pub(super) async fn create(session: &Session, sink: CreateSink) -> Result<Outcom
             return Err(e);
         }
     };
-    super::materialized_views::start_job(engine, &rel, &graph, output, false).await?;
+    super::jobs::start_job(engine, &rel, &graph, output, false).await?;
     Ok(Outcome::Command("CREATE_SINK".into()))
 }
 
