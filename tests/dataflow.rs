@@ -154,6 +154,39 @@ async fn slow_reader_of_a_view_slows_the_view() {
     assert_eq!(readers[0][0], "2");
 }
 
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn inserts_wait_for_a_slow_reader_of_their_table() {
+    let server = TestServer::start();
+    let client = server.connect().await;
+    // A sink reading the table at 2000 rows a second; INSERTs of 1000 rows each.
+    client
+        .batch_execute(
+            "SET streaming_parallelism = 1;
+             CREATE TABLE t (id BIGINT PRIMARY KEY, v INT);
+             CREATE SINK slow AS SELECT id, v FROM t
+                 WITH (connector = 'blackhole', blackhole.rows.per.second = 2000);",
+        )
+        .await
+        .unwrap();
+    let statements = 30;
+    for i in 0..statements {
+        client
+            .batch_execute(&format!(
+                "INSERT INTO t SELECT {i} * 1000 + x, x FROM generate_series(1, 1000) AS s(x)"
+            ))
+            .await
+            .unwrap();
+    }
+    // When the last INSERT returns, the sink has read all but a few statements' rows
+    // (without the wait it would have read one or two of the 30 000).
+    let (read, _) = job_counters(&client, "slow").await;
+    let behind = statements * 1000 - read;
+    assert!(
+        behind <= 12 * 1000,
+        "the sink is {behind} rows behind the INSERTs that returned"
+    );
+}
+
 /// Views over `t` (and over each other); each is compared with the same query run as a
 /// batch `SELECT` over the table's final rows.
 const TABLE_VIEWS: &[(&str, &str)] = &[

@@ -467,6 +467,11 @@ impl DataSink for TableSink {
                 None => self.table.insert(&batch, self.on_conflict),
             }
             .map_err(EddyError::into_datafusion)? as u64;
+            if self.txn.is_none() {
+                // Views reading the table that fell behind hold the INSERT back, so a
+                // bulk load cannot queue their input without bound.
+                self.table.changes().wait_for_readers(0).await;
+            }
         }
         Ok(count)
     }

@@ -263,7 +263,19 @@ impl CdcTask {
                 return;
             };
             let result = self.poll(&engine, &mut client).await;
+            // Views reading the table that fell behind hold the slot's reader back (the
+            // slot, not memory, keeps what they have not read yet).
+            let readers = match &result {
+                Ok(true) => engine.schema_provider.state_table_for(&self.rel).ok(),
+                _ => None,
+            };
             std::mem::drop(engine);
+            if let Some(table) = readers {
+                tokio::select! {
+                    _ = table.changes().wait_for_readers(0) => {}
+                    _ = stopped.changed() => return,
+                }
+            }
             let wait = match result {
                 Ok(true) => Duration::ZERO,
                 Ok(false) => {

@@ -164,7 +164,14 @@ impl KafkaTableTask {
             let Some(engine) = self.engine.upgrade() else {
                 return;
             };
-            let wait = match self.poll(&engine, &mut consumer) {
+            let polled = self.poll(&engine, &mut consumer);
+            // Views reading the table that fell behind hold the consumer back (the
+            // topic, not memory, keeps what they have not read yet).
+            let readers = match &polled {
+                Ok(true) => engine.schema_provider.state_table_for(&self.rel).ok(),
+                _ => None,
+            };
+            let wait = match polled {
                 Ok(true) => Duration::ZERO,
                 Ok(false) => IDLE_WAIT,
                 Err(e) => {
@@ -174,6 +181,12 @@ impl KafkaTableTask {
                 }
             };
             std::mem::drop(engine);
+            if let Some(table) = readers {
+                tokio::select! {
+                    _ = table.changes().wait_for_readers(0) => {}
+                    _ = stopped.changed() => return,
+                }
+            }
             tokio::select! {
                 _ = tokio::time::sleep(wait) => {}
                 _ = stopped.changed() => return,

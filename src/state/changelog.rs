@@ -11,10 +11,12 @@
 //! A subscriber may read with several subtasks ([`ChangeLog::subscribe_partitioned`]):
 //! each publisher then splits its chunks by stream key among them, so every key's changes
 //! reach one reader, in order, and barriers and watermarks reach all.
-//! A table's writers (DML) never wait for its subscribers. A view's writers do: after each
-//! chunk a view's subtask publishes, it waits while a subscriber still has more than
-//! [`CHANGE_BACKLOG`] messages of it unread ([`ChangeLog::wait_for_readers`]), so a slow
-//! view slows down the view it reads instead of queueing its changes without bound.
+//! Writers wait for slow subscribers: after each chunk a view's subtask publishes, and
+//! after each batch an `INSERT` or a Kafka or CDC table's task writes into a table, the
+//! writer waits while a subscriber still has more than [`CHANGE_BACKLOG`] of its messages
+//! unread ([`ChangeLog::wait_for_readers`]), so a slow view slows down what it reads
+//! instead of queueing its changes without bound. (Other writes to tables — `UPDATE`,
+//! `DELETE`, `COPY`, a transaction's `COMMIT` — do not wait.)
 //!
 //! A table's change log can also be *logged* ([`ChangeLog::enable_log`]): every write is
 //! then appended to the table's replayable log ([`super::table_log`]) in the same RocksDB
