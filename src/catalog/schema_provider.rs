@@ -92,9 +92,9 @@ impl CatalogSchemaProvider {
             .ok_or_else(|| DataFusionError::Internal("view planner is not set".into()))?;
         let state = state.read().clone();
         let marked = crate::session::sql_rewrite::mark_counted_set_operations_in(definition);
-        let plan = state
-            .create_logical_plan(marked.as_deref().unwrap_or(definition))
-            .await?;
+        let plan = crate::sql::star_except::plan(&state, marked.as_deref().unwrap_or(definition))
+            .await
+            .map_err(crate::error::EddyError::into_datafusion)?;
         let plan = crate::session::set_operations::rewrite(plan)
             .map_err(crate::error::EddyError::into_datafusion)?;
         // Rename the query's output columns to the names the view was created with.

@@ -76,9 +76,7 @@ pub fn expand_stars(statement: &mut Statement, catalog: &Catalog) {
 /// [`expand_stars`] over a query's text: the rewritten text, or `None` when nothing
 /// changed (or the text does not parse here; the planner then reports it).
 pub fn expand_stars_in(sql: &str, catalog: &Catalog) -> Option<String> {
-    use datafusion::sql::sqlparser::dialect::PostgreSqlDialect;
-    use datafusion::sql::sqlparser::parser::Parser;
-    let mut statements = Parser::parse_sql(&PostgreSqlDialect {}, sql).ok()?;
+    let mut statements = crate::sql::star_except::parse(sql).ok()?;
     let [statement] = statements.as_mut_slice() else {
         return None;
     };
@@ -187,8 +185,8 @@ impl VisitorMut for Stars<'_> {
                 }
                 SelectItem::QualifiedWildcard(
                     SelectItemQualifiedWildcardKind::ObjectName(name),
-                    _,
-                ) => {
+                    options,
+                ) if options.opt_except.is_none() && options.opt_exclude.is_none() => {
                     let qualifier = object_last(name);
                     match items.iter().find(|(q, _)| *q == qualifier) {
                         Some((q, Some(columns))) => projection.extend(visible(q, columns)),

@@ -44,7 +44,11 @@ pub(super) fn dependencies(
     use datafusion::common::tree_node::TreeNodeRecursion;
     let mut names: Vec<String> = Vec::new();
     let state = engine.ctx.state();
-    let statement = state.sql_to_statement(query_sql, &datafusion::config::Dialect::PostgreSQL)?;
+    let rewritten = crate::sql::star_except::rewrite(query_sql);
+    let statement = state.sql_to_statement(
+        rewritten.as_deref().unwrap_or(query_sql),
+        &datafusion::config::Dialect::PostgreSQL,
+    )?;
     for r in state.resolve_table_references(&statement)? {
         names.push(r.table().to_string());
     }

@@ -298,9 +298,8 @@ impl Engine {
         let with_now = sql_rewrite::streaming_now(sql);
         let sql = with_now.as_deref().unwrap_or(sql);
         let marked = sql_rewrite::mark_counted_set_operations_in(sql);
-        let plan = state
-            .create_logical_plan(marked.as_deref().unwrap_or(sql))
-            .await?;
+        let sql = marked.as_deref().unwrap_or(sql);
+        let plan = crate::sql::star_except::plan(&state, sql).await?;
         let plan = set_operations::rewrite(plan)?;
         let plan = scalar_subqueries::rewrite(plan)?;
         // DataFusion's rules, less those whose output a streaming job cannot run:
@@ -340,7 +339,11 @@ impl Engine {
         statements.iter_mut().for_each(sql_rewrite::rewrite);
         let corresponding = corresponding::mentioned(sql);
         let struct_star = struct_star::mentioned(sql);
+        let star_except = crate::sql::star_except::mentioned(sql);
         for statement in statements.iter_mut() {
+            if star_except {
+                crate::sql::star_except::fold(statement)?;
+            }
             if corresponding {
                 corresponding::rewrite(statement, &self.catalog)?;
             }

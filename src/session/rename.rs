@@ -17,7 +17,6 @@ use datafusion::sql::sqlparser::ast::{
     Ident, ObjectName, ObjectNamePart, TableAlias, TableFactor, VisitMut, VisitorMut,
 };
 use datafusion::sql::sqlparser::dialect::PostgreSqlDialect;
-use datafusion::sql::sqlparser::parser::Parser;
 use datafusion::sql::sqlparser::tokenizer::{Token, Tokenizer, Whitespace};
 use std::ops::ControlFlow;
 
@@ -127,7 +126,7 @@ fn rewritten_definitions(
 /// A query's text with every reference to the relation `old` renamed, or `None` when it
 /// has none.
 fn rename_in_query(sql: &str, old: &str, new_name: &str) -> Result<Option<String>> {
-    let Ok(mut statements) = Parser::parse_sql(&PostgreSqlDialect {}, sql) else {
+    let Ok(mut statements) = crate::sql::star_except::parse(sql) else {
         // Every stored query parses: it was written from a parsed statement.
         return Err(EddyError::internal(format!(
             "a stored definition does not parse: {sql}"

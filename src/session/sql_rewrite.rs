@@ -56,7 +56,7 @@ use super::token_rewrites::{FLINK_CUMULATE, FLINK_HOP, FLINK_SESSION, FLINK_TUMB
 /// as the processing-time function the stream planner turns into a temporal filter:
 /// DataFusion would otherwise fold `now()` into the time the view was created.
 pub fn streaming_now(sql: &str) -> Option<String> {
-    let mut statements = Parser::parse_sql(&PostgreSqlDialect {}, sql).ok()?;
+    let mut statements = crate::sql::star_except::parse(sql).ok()?;
     let mut visitor = ProcessingTime { replaced: false };
     for s in &mut statements {
         let _ = s.visit(&mut visitor);
@@ -78,7 +78,7 @@ pub fn mark_counted_set_operations(statement: &mut Statement) {
 
 /// [`mark_counted_set_operations`] on a query's text (`None` when nothing changes).
 pub fn mark_counted_set_operations_in(sql: &str) -> Option<String> {
-    let mut statements = Parser::parse_sql(&PostgreSqlDialect {}, sql).ok()?;
+    let mut statements = crate::sql::star_except::parse(sql).ok()?;
     let before: Vec<String> = statements.iter().map(|s| s.to_string()).collect();
     statements.iter_mut().for_each(mark_counted_set_operations);
     let after: Vec<String> = statements.iter().map(|s| s.to_string()).collect();

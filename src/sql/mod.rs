@@ -9,6 +9,7 @@ pub mod alter_rename;
 pub mod alter_system;
 pub mod sink;
 pub mod source;
+pub mod star_except;
 pub mod struct_types;
 pub mod table_extras;
 

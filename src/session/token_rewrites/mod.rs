@@ -8,6 +8,7 @@
 //! - [`struct_star`]: `(v).*`, every field of a struct.
 //! - [`create_table_as_names`]: `CREATE TABLE t (a, b) AS query`, names without types.
 //! - [`generated_columns`]: `v2 int AS (v1 + 1)`, RisingWave's generated column.
+//! - `* EXCEPT (a, b)`, every column but those: [`crate::sql::star_except`].
 //! - [`trim_spaces`]: `trim(BOTH FROM s)` and the like, without the characters to trim.
 
 mod corresponding;
@@ -47,6 +48,9 @@ pub fn rewrite(sql: &str) -> Result<Option<String>> {
     if upper.contains(").*") {
         rewrites.push(struct_star::struct_star);
     }
+    if upper.contains("EXCEPT") {
+        rewrites.push(star_except);
+    }
     if upper.contains("TRIM") {
         rewrites.push(trim_spaces::trim_without_characters);
     }
@@ -54,6 +58,16 @@ pub fn rewrite(sql: &str) -> Result<Option<String>> {
         rewrites.push(create_table_as_names::names_only_column_list);
         rewrites.push(generated_columns::generated_shorthand);
     }
+    apply(sql, &rewrites)
+}
+
+/// `* EXCEPT (...)` after a star (see [`crate::sql::star_except`]).
+fn star_except(tokens: &[Token], start: usize) -> Result<Option<(Vec<Token>, usize)>> {
+    Ok(crate::sql::star_except::at(tokens, start))
+}
+
+/// `sql` with `rewrites` applied, or `None` when none applied.
+fn apply(sql: &str, rewrites: &[Rewrite]) -> Result<Option<String>> {
     if rewrites.is_empty() {
         return Ok(None);
     }
@@ -65,7 +79,7 @@ pub fn rewrite(sql: &str) -> Result<Option<String>> {
     let mut changed = false;
     'tokens: while i < tokens.len() {
         if matches!(tokens[i], Token::Word(_) | Token::LParen) {
-            for rewrite in &rewrites {
+            for rewrite in rewrites {
                 if let Some((replacement, end)) = rewrite(&tokens, i)? {
                     out.extend(replacement);
                     i = end;
