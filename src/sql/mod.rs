@@ -13,6 +13,14 @@ pub mod star_except;
 pub mod struct_types;
 pub mod table_extras;
 
+/// Whether a statement's text holds `marker` (any case): the AST passes that resolve a
+/// rewrite's marker run only then.
+pub fn mentions(sql: &str, marker: &str) -> bool {
+    sql.as_bytes()
+        .windows(marker.len())
+        .any(|w| w.eq_ignore_ascii_case(marker.as_bytes()))
+}
+
 pub use sink::CreateSink;
 pub use source::CreateSource;
 

@@ -98,10 +98,7 @@ pub fn at(tokens: &[Token], start: usize) -> Option<(Vec<Token>, usize)> {
 
 /// Whether a statement's text may hold the marker.
 pub fn mentioned(sql: &str) -> bool {
-    let marker = STAR_EXCEPT_MARKER.as_bytes();
-    sql.as_bytes()
-        .windows(marker.len())
-        .any(|w| w.eq_ignore_ascii_case(marker))
+    super::mentions(sql, STAR_EXCEPT_MARKER)
 }
 
 /// Parses SQL text (PostgreSQL's dialect) that may hold a star's `EXCEPT (...)`.

@@ -94,13 +94,7 @@ fn apply(sql: &str, rewrites: &[Rewrite]) -> Result<Option<String>> {
     Ok(changed.then(|| out.iter().map(Token::to_string).collect()))
 }
 
-/// Whether a statement's text holds `marker` (any case): the AST passes that resolve a
-/// rewrite's marker run only then.
-pub fn mentions(sql: &str, marker: &str) -> bool {
-    sql.as_bytes()
-        .windows(marker.len())
-        .any(|w| w.eq_ignore_ascii_case(marker.as_bytes()))
-}
+pub use crate::sql::mentions;
 
 /// Reads tokens past whitespace.
 struct Cursor<'a> {
