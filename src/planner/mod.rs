@@ -448,29 +448,32 @@ pub fn plan_job(plan: &LogicalPlan, ctx: &PlanContext) -> Result<StreamGraph> {
 /// `EMIT ON WINDOW CLOSE` over append-only rows: each row held until the watermark of
 /// `column` passes it, behind a hash exchange on the whole row.
 fn eowc_sort_node(column: usize, schema: &DFSchema, input: Node) -> Result<Node> {
-    let arrow_schema = schema.as_arrow();
-    let keys: Vec<Arc<dyn PhysicalExpr>> = arrow_schema
-        .fields()
-        .iter()
-        .enumerate()
-        .map(|(i, f)| {
-            Arc::new(datafusion::physical_expr::expressions::Column::new(
-                f.name(),
-                i,
-            )) as Arc<dyn PhysicalExpr>
-        })
-        .collect();
-    let key_types = arrow_schema
-        .fields()
-        .iter()
-        .map(|f| f.data_type().clone())
-        .collect();
+    let (keys, key_types) = whole_row_key(schema.as_arrow());
     held_until_watermark(
         column,
         schema,
         input,
         EowcRouting::WholeRow { keys, key_types },
     )
+}
+
+/// Every column of `schema`, as the key of an operator keyed by the whole row: the
+/// columns' expressions and their types.
+fn whole_row_key(
+    schema: &arrow::datatypes::Schema,
+) -> (Vec<Arc<dyn PhysicalExpr>>, Vec<arrow::datatypes::DataType>) {
+    schema
+        .fields()
+        .iter()
+        .enumerate()
+        .map(|(i, f)| {
+            let column = datafusion::physical_expr::expressions::Column::new(f.name(), i);
+            (
+                Arc::new(column) as Arc<dyn PhysicalExpr>,
+                f.data_type().clone(),
+            )
+        })
+        .unzip()
 }
 
 /// How an `EowcSort`'s input is routed to its subtasks.

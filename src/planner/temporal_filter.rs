@@ -12,8 +12,6 @@ use arrow::datatypes::DataType;
 use datafusion::common::tree_node::TreeNode;
 use datafusion::common::{DFSchema, ScalarValue};
 use datafusion::logical_expr::{BinaryExpr, Expr, ExprSchemable, Operator as BinaryOp};
-use datafusion::physical_expr::PhysicalExpr;
-use datafusion::physical_expr::expressions::Column;
 use std::sync::Arc;
 
 /// The function `now()` becomes in a view's query (see `sql_rewrite::streaming_now`).
@@ -133,17 +131,7 @@ pub(super) fn node(
 ) -> Result<Node> {
     let _ = ctx;
     let arrow_schema = Arc::new(schema.as_arrow().clone());
-    let keys: Vec<Arc<dyn PhysicalExpr>> = arrow_schema
-        .fields()
-        .iter()
-        .enumerate()
-        .map(|(i, f)| Arc::new(Column::new(f.name(), i)) as Arc<dyn PhysicalExpr>)
-        .collect();
-    let key_types = arrow_schema
-        .fields()
-        .iter()
-        .map(|f| f.data_type().clone())
-        .collect();
+    let (keys, key_types) = super::whole_row_key(&arrow_schema);
     let describe = format!(
         "TemporalFilter({})",
         bounds

@@ -128,22 +128,10 @@ fn age(a: NaiveDateTime, b: NaiveDateTime) -> IntervalMonthDayNano {
     let mut day = i64::from(later.day()) - i64::from(earlier.day());
     let mut month = i64::from(later.month()) - i64::from(earlier.month());
     let mut year = i64::from(later.year()) - i64::from(earlier.year());
-    if usec < 0 {
-        usec += 1_000_000;
-        sec -= 1;
-    }
-    if sec < 0 {
-        sec += 60;
-        min -= 1;
-    }
-    if min < 0 {
-        min += 60;
-        hour -= 1;
-    }
-    if hour < 0 {
-        hour += 24;
-        day -= 1;
-    }
+    borrow(&mut usec, &mut sec, 1_000_000);
+    borrow(&mut sec, &mut min, 60);
+    borrow(&mut min, &mut hour, 60);
+    borrow(&mut hour, &mut day, 24);
     while day < 0 {
         day += days_in_month(earlier.year(), earlier.month());
         month -= 1;
@@ -170,6 +158,15 @@ fn days_in_month(year: i32, month: u32) -> i64 {
     }
     .expect("the next month's first day");
     (next - first).num_days()
+}
+
+/// A negative difference of one field borrows one unit of the next larger field (of
+/// `base` units), as in subtraction by hand.
+fn borrow(field: &mut i64, larger: &mut i64, base: i64) {
+    if *field < 0 {
+        *field += base;
+        *larger -= 1;
+    }
 }
 
 #[cfg(test)]

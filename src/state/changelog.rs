@@ -23,7 +23,7 @@
 //! write, and every barrier carries the log's position, so that a job can resume after
 //! the changes its checkpoint holds.
 
-use crate::stream::dispatch::{split, subtask_of};
+use crate::stream::dispatch::{split, split_rows, subtask_of};
 use crate::stream::{Barrier, Message, Op, StreamChunk};
 use parking_lot::{Mutex, MutexGuard};
 use std::collections::VecDeque;
@@ -334,6 +334,19 @@ fn split_for_readers(
     split(chunk, &targets, readers)
 }
 
+/// [`split_for_readers`] of a published chunk, which every subscriber shares: only
+/// the rows of each part are copied.
+fn split_shared_for_readers(
+    chunk: &StreamChunk,
+    readers: usize,
+) -> crate::error::Result<Vec<(usize, StreamChunk)>> {
+    let targets = stream_key_targets(chunk, readers);
+    match targets.first() {
+        Some(&first) if targets.iter().all(|t| *t == first) => Ok(vec![(first, chunk.clone())]),
+        _ => split_rows(chunk, &targets, readers),
+    }
+}
+
 /// One subscriber: per publisher, one sender per reader (none once the publisher ended).
 pub(super) struct Subscriber {
     senders: Vec<Vec<ChangeSender>>,
@@ -370,7 +383,7 @@ impl Subscriber {
             (_, 0) => true,
             (_, 1) => senders[0].send(message.clone()),
             (Message::Chunk(chunk), readers) => {
-                match split_for_readers(chunk.clone(), readers) {
+                match split_shared_for_readers(chunk, readers) {
                     Ok(parts) => parts
                         .into_iter()
                         .all(|(reader, part)| senders[reader].send(Message::Chunk(part))),

@@ -129,6 +129,21 @@ pub fn split(
     targets: &[usize],
     parts: usize,
 ) -> Result<Vec<(usize, StreamChunk)>> {
+    if let Some(&first) = targets.first()
+        && targets.iter().all(|t| *t == first)
+    {
+        return Ok(vec![(first, chunk)]);
+    }
+    split_rows(&chunk, targets, parts)
+}
+
+/// The rows of a chunk for each target subtask, copied out (row order kept within each
+/// part); [`split`] hands a chunk whose rows all go to one subtask on whole.
+pub fn split_rows(
+    chunk: &StreamChunk,
+    targets: &[usize],
+    parts: usize,
+) -> Result<Vec<(usize, StreamChunk)>> {
     let mut rows: Vec<Vec<u32>> = vec![Vec::new(); parts];
     for (row, t) in targets.iter().enumerate() {
         rows[*t].push(row as u32);
@@ -137,9 +152,6 @@ pub fn split(
     for (target, rows) in rows.into_iter().enumerate() {
         if rows.is_empty() {
             continue;
-        }
-        if rows.len() == chunk.num_rows() {
-            return Ok(vec![(target, chunk)]);
         }
         let ops = rows.iter().map(|r| chunk.ops[*r as usize]).collect();
         let keys = chunk
