@@ -17,7 +17,7 @@ SELECT k, count(*) AS n, sum(price) AS total FROM events GROUP BY k;
 
 CREATE SINK IF NOT EXISTS totals_out FROM totals
 WITH (connector = 'kafka', topic = 'totals', properties.bootstrap.server = '127.0.0.1:9092',
-      primary_key = 'k')
+      primary_key = 'k', sink.delivery = 'exactly_once')
 FORMAT UPSERT ENCODE JSON;
 
 FLUSH;

@@ -129,6 +129,17 @@ pub const DEFAULT_DATA_DIR: &str = "./eddy-data";
 pub const DEFAULT_SLOTS_PER_WORKER: usize = 4;
 
 impl Config {
+    /// Where checkpoints go: the configured state store, else `<data-dir>/checkpoints`.
+    /// Sinks that publish at commit stage there what a committed checkpoint promises.
+    pub fn state_store_location(&self) -> String {
+        self.state_store.clone().unwrap_or_else(|| {
+            self.data_dir
+                .join("checkpoints")
+                .to_string_lossy()
+                .into_owned()
+        })
+    }
+
     pub fn from_cli(cli: Cli) -> anyhow::Result<Self> {
         let file = match &cli.config {
             Some(path) => read_file(path)?,

@@ -1,8 +1,9 @@
 //! Kafka end to end, against a real Kafka-protocol broker (tansu): a topic read by a
 //! view stays exact across SIGKILLs (partition offsets in every checkpoint; equal to
 //! DataFusion in batch over the same records), the view's changes go back to Kafka
-//! through an upsert sink whose topic, folded by key, equals the view; and the plain,
-//! upsert and Debezium sink formats carry inserts, updates and deletes of a table.
+//! through an upsert sink whose topic, folded by key, equals the view, and the source's
+//! records through an exactly-once sink whose topic holds each record once; and the
+//! plain, upsert and Debezium sink formats carry inserts, updates and deletes of a table.
 
 use crate::common::TestServer;
 use crate::common::kafka::{KafkaBroker, Received};
@@ -158,6 +159,7 @@ async fn kafka_view_and_upsert_sink_are_exact_across_kills() {
     let broker = KafkaBroker::start();
     broker.create_topic("events", 2);
     broker.create_topic("per_k", 2);
+    broker.create_topic("events_once", 2);
     let total = 9000i64;
     let events: Vec<Event> = (1..=total).map(event).collect();
     // Every message, round robin over the partitions, with a malformed one now and then.
@@ -185,7 +187,11 @@ async fn kafka_view_and_upsert_sink_are_exact_across_kills() {
                    scan.startup.mode = 'earliest') FORMAT PLAIN ENCODE JSON;
              CREATE MATERIALIZED VIEW per_k AS {PER_K} FROM events GROUP BY k;
              CREATE SINK per_k_out FROM per_k WITH (connector = 'kafka', topic = 'per_k',
-                   properties.bootstrap.server = '{0}', primary_key = 'k') FORMAT UPSERT ENCODE JSON;",
+                   properties.bootstrap.server = '{0}', primary_key = 'k',
+                   sink.delivery = 'exactly_once') FORMAT UPSERT ENCODE JSON;
+             CREATE SINK events_once AS SELECT id, k, price FROM events WHERE id % 3 <> 0
+             WITH (connector = 'kafka', topic = 'events_once', properties.bootstrap.server = '{0}',
+                   sink.delivery = 'exactly_once') FORMAT PLAIN ENCODE JSON;",
             broker.address
         ))
         .await
@@ -238,9 +244,24 @@ async fn kafka_view_and_upsert_sink_are_exact_across_kills() {
     )
     .await;
     assert_eq!(sink, vec![vec!["kafka", "t", "t"]]);
-    // The sink's topic, folded by key, is the view (at least once: replays repeat
-    // upserts, which fold to the same rows).
-    let folded = fold_by_key(&broker.read_all("per_k"));
+    // The sink's topic, folded by key, is the view; exactly once, each key's count rises
+    // from message to message (a replayed epoch would send an older count again).
+    let per_k_messages = broker.read_all("per_k");
+    let mut counts: BTreeMap<String, Vec<i64>> = BTreeMap::new();
+    for m in &per_k_messages {
+        let row: serde_json::Value = serde_json::from_str(m.value.as_deref().unwrap()).unwrap();
+        counts
+            .entry(m.key.clone().unwrap())
+            .or_default()
+            .push(row["n"].as_i64().unwrap());
+    }
+    for (key, n) in &counts {
+        assert!(
+            n.windows(2).all(|w| w[0] < w[1]),
+            "key {key}: each count sent once: {n:?}"
+        );
+    }
+    let folded = fold_by_key(&per_k_messages);
     let mut from_topic: Vec<Vec<String>> = folded
         .values()
         .map(|row| {
@@ -252,6 +273,124 @@ async fn kafka_view_and_upsert_sink_are_exact_across_kills() {
         .collect();
     from_topic.sort_by_key(|r| r[0].parse::<i64>().unwrap());
     assert_eq!(from_topic, view, "the upsert topic folds to the view");
+    // The exactly-once sink's topic: every selected record once, none twice, across the
+    // kills (its epochs are published a checkpoint after they are counted).
+    let expected: Vec<String> = events
+        .iter()
+        .filter(|e| e.id % 3 != 0)
+        .map(|e| {
+            let row: serde_json::Value = serde_json::from_str(&to_json(e)).unwrap();
+            format!("{} {} {}", row["id"], row["k"], text(&row["price"]))
+        })
+        .collect();
+    let deadline = Instant::now() + Duration::from_secs(120);
+    loop {
+        let mut received: Vec<(i64, String)> = broker
+            .read_all("events_once")
+            .iter()
+            .map(|m| {
+                let row: serde_json::Value =
+                    serde_json::from_str(m.value.as_deref().expect("a plain message")).unwrap();
+                let line = format!("{} {} {}", row["id"], row["k"], text(&row["price"]));
+                (row["id"].as_i64().unwrap(), line)
+            })
+            .collect();
+        received.sort();
+        let received: Vec<String> = received.into_iter().map(|(_, line)| line).collect();
+        if received.len() >= expected.len() || Instant::now() > deadline {
+            assert_eq!(
+                received.len(),
+                expected.len(),
+                "the exactly-once topic holds each record once"
+            );
+            assert_eq!(
+                received, expected,
+                "the exactly-once topic holds the records"
+            );
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(300)).await;
+    }
+}
+
+/// Rows of a source that keeps producing while the server is killed now and then: an
+/// at-least-once sink would repeat the rows since the last checkpoint after each kill.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn exactly_once_kafka_sinks_write_each_change_once_across_kills() {
+    let broker = KafkaBroker::start();
+    broker.create_topic("seq_once", 2);
+    broker.create_topic("per_k_once", 2);
+    let total = 12_000i64;
+    let temp = tempfile::tempdir().unwrap();
+    let data_dir = temp.path().join("data");
+    let args = ["--barrier-interval-ms", "200"];
+    let mut server = TestServer::start_in_with_args(&data_dir, &args);
+    let client = server.connect().await;
+    client
+        .batch_execute(&format!(
+            "SET streaming_parallelism = 2;
+             CREATE SOURCE seq (id BIGINT) WITH (connector = 'datagen',
+                 fields.id.kind = 'sequence', fields.id.start = 1, fields.id.end = {total},
+                 datagen.rows.per.second = 2500);
+             CREATE SINK seq_once AS SELECT id, id % 10 AS k FROM seq
+             WITH (connector = 'kafka', topic = 'seq_once', properties.bootstrap.server = '{0}',
+                   sink.delivery = 'exactly_once') FORMAT PLAIN ENCODE JSON;
+             CREATE SINK per_k_once AS SELECT id % 10 AS k, count(*) AS n FROM seq GROUP BY 1
+             WITH (connector = 'kafka', topic = 'per_k_once', properties.bootstrap.server = '{0}',
+                   primary_key = 'k', sink.delivery = 'exactly_once') FORMAT UPSERT ENCODE JSON;",
+            broker.address
+        ))
+        .await
+        .unwrap();
+    drop(client);
+    for pause_ms in [900, 700, 1100, 800] {
+        tokio::time::sleep(Duration::from_millis(pause_ms)).await;
+        server.kill();
+        server = TestServer::start_in_with_args(&data_dir, &args);
+    }
+    let _client = server.connect().await;
+    let deadline = Instant::now() + Duration::from_secs(180);
+    let ids = loop {
+        let mut ids: Vec<i64> = broker
+            .read_all("seq_once")
+            .iter()
+            .map(|m| {
+                let row: serde_json::Value =
+                    serde_json::from_str(m.value.as_deref().expect("a plain message")).unwrap();
+                assert_eq!(row["k"].as_i64(), row["id"].as_i64().map(|id| id % 10));
+                row["id"].as_i64().unwrap()
+            })
+            .collect();
+        ids.sort_unstable();
+        if ids.len() >= total as usize || Instant::now() > deadline {
+            break ids;
+        }
+        tokio::time::sleep(Duration::from_millis(300)).await;
+    };
+    assert_eq!(ids.len(), total as usize, "every row once, none twice");
+    assert!(
+        ids.iter().copied().eq(1..=total),
+        "each id from 1 to {total}"
+    );
+    // The upsert topic: per key, each count once and rising (a repeated epoch would send
+    // an older count again), ending at the key's total.
+    let mut counts: BTreeMap<String, Vec<i64>> = BTreeMap::new();
+    for m in broker.read_all("per_k_once") {
+        let row: serde_json::Value =
+            serde_json::from_str(m.value.as_deref().expect("no key is deleted")).unwrap();
+        counts
+            .entry(m.key.clone().expect("keyed"))
+            .or_default()
+            .push(row["n"].as_i64().unwrap());
+    }
+    assert_eq!(counts.len(), 10, "ten keys: {counts:?}");
+    for (key, n) in &counts {
+        assert!(
+            n.windows(2).all(|w| w[0] < w[1]),
+            "key {key}: counts rise, each sent once: {n:?}"
+        );
+        assert_eq!(n.last(), Some(&(total / 10)), "key {key} ends at its count");
+    }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -187,6 +187,38 @@ async fn file_sink_writes_every_row_exactly_once_across_kills() {
     drop(client);
 }
 
+/// A change of parallelism restarts the sink's job from its last barrier, whose epoch may
+/// not be committed yet: the files it staged for that epoch must still be published.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn file_sink_keeps_its_staged_epochs_across_parallelism_changes() {
+    let temp = tempfile::tempdir().unwrap();
+    let out = temp.path().join("out");
+    let args = ["--barrier-interval-ms", "200"];
+    let server = TestServer::start_in_with_args(&temp.path().join("data"), &args);
+    let client = server.connect().await;
+    client
+        .batch_execute(&format!(
+            "SET streaming_parallelism = 2; {GEN};
+             CREATE SINK out AS SELECT {COLUMNS}, CAST((k * 90) || ' minutes' AS INTERVAL) AS iv FROM gen
+             WITH (connector = 'file', path = '{}') FORMAT PLAIN ENCODE JSON",
+            out.display()
+        ))
+        .await
+        .unwrap();
+    for parallelism in [1, 2, 1, 2] {
+        tokio::time::sleep(Duration::from_millis(600)).await;
+        client
+            .batch_execute(&format!("ALTER SINK out SET PARALLELISM = {parallelism}"))
+            .await
+            .unwrap();
+    }
+    wait_finished(&client, "out").await;
+    client.batch_execute("FLUSH").await.unwrap();
+    let files = local_files(&out);
+    let columns = ["id", "k", "v", "name", "price", "ts", "iv"];
+    assert_exact_rows("file sink", json_rows(&files, &columns)).await;
+}
+
 fn walk(dir: &Path) -> Vec<String> {
     let Ok(entries) = std::fs::read_dir(dir) else {
         return vec![];

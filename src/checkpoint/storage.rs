@@ -40,13 +40,7 @@ fn storage_error(e: object_store::Error) -> EddyError {
 impl CheckpointStorage {
     /// The state store the configuration names.
     pub fn open(config: &Config) -> Result<Self> {
-        let location = config.state_store.clone().unwrap_or_else(|| {
-            config
-                .data_dir
-                .join("checkpoints")
-                .to_string_lossy()
-                .into_owned()
-        });
+        let location = config.state_store_location();
         match location.strip_prefix("s3://") {
             Some(rest) => {
                 let (bucket, prefix) = rest.split_once('/').unwrap_or((rest, ""));

@@ -32,6 +32,23 @@ pub(super) fn drop_relation(engine: &Engine, rel: &Relation, cascade: bool) -> R
     drop_one(engine, rel)
 }
 
+/// Deletes, in the background, the epochs an exactly-once Kafka sink staged and had not
+/// published yet.
+fn forget_staged_epochs(engine: &Engine, rel: &Relation) {
+    let (id, name) = (rel.id, rel.name.clone());
+    let (state_store, s3) = (
+        engine.config.state_store_location(),
+        engine.config.s3.clone(),
+    );
+    tokio::spawn(async move {
+        let deleted =
+            crate::connectors::sink::kafka_commit::delete_staged(id, &state_store, &s3).await;
+        if let Err(e) = deleted {
+            tracing::warn!(sink = %name, "cannot delete the staged epochs of the dropped sink: {e}");
+        }
+    });
+}
+
 fn drop_one(engine: &Engine, rel: &Relation) -> Result<()> {
     engine.catalog.drop_relation(&rel.name)?;
     match rel.kind {
@@ -40,6 +57,9 @@ fn drop_one(engine: &Engine, rel: &Relation) -> Result<()> {
             engine.checkpoints.remove_commit_hook(&rel.name);
             super::jobs::clear_job_state(engine, rel)?;
             stop_logging_unread_tables(engine, rel)?;
+            if rel.kind == RelationKind::Sink {
+                forget_staged_epochs(engine, rel);
+            }
         }
         _ => {}
     }

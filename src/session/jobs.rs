@@ -107,7 +107,8 @@ pub async fn restart_all(engine: &Engine) -> Result<()> {
             .as_ref()
             .is_some_and(|m| region.iter().all(|r| m.jobs.contains(&r.name)))
             && region.iter().all(|r| can_resume.get(&r.id) == Some(&true));
-        reads_changes |= restart_job(engine, rel, resume).await?;
+        let resumed_at = engine.checkpoints.committed_epoch();
+        reads_changes |= restart_job(engine, rel, resume, resumed_at).await?;
     }
     std::mem::drop(paused);
     if reads_changes {
@@ -179,9 +180,15 @@ pub(super) fn clear_job_state(engine: &Engine, rel: &Relation) -> Result<()> {
 }
 
 /// Starts a materialized view's or sink's job again: from the state it has in the store
-/// (`resume`), or afresh with its view emptied and its internal state deleted. Returns
-/// whether the job reads tables or views (a barrier then brings their rows in).
-async fn restart_job(engine: &Engine, rel: &Relation, resume: bool) -> Result<bool> {
+/// (`resume`: its state of epoch `resumed_at`), or afresh with its view emptied and its
+/// internal state deleted. Returns whether the job reads tables or views (a barrier then
+/// brings their rows in).
+async fn restart_job(
+    engine: &Engine,
+    rel: &Relation,
+    resume: bool,
+    resumed_at: u64,
+) -> Result<bool> {
     if !resume {
         clear_job_state(engine, rel)?;
     }
@@ -200,7 +207,15 @@ async fn restart_job(engine: &Engine, rel: &Relation, resume: bool) -> Result<bo
             }
             JobOutput::View(table)
         }
-        _ => super::sinks::job_output(engine, rel, &graph, false).await?,
+        _ => {
+            // Afresh, the sink's rows all come again after the committed epoch.
+            let resumed_at = if resume {
+                resumed_at
+            } else {
+                engine.checkpoints.committed_epoch()
+            };
+            super::sinks::job_output(engine, rel, &graph, Some(resumed_at)).await?
+        }
     };
     spawn_job(engine, rel, &graph, output, resume)
 }
@@ -237,6 +252,12 @@ pub(super) async fn restart_jobs(
         RestartFrom::LastBarrier => true,
         RestartFrom::CommittedCheckpoint => restore_from_checkpoint(engine, jobs).await?,
     };
+    // The epoch whose state the jobs resume with: every job has passed the last barrier
+    // (rounds are paused), and keeps only what it wrote at barriers.
+    let resumed_at = match from {
+        RestartFrom::LastBarrier => *paused,
+        RestartFrom::CommittedCheckpoint => engine.checkpoints.committed_epoch(),
+    };
     let changed = change();
     let relations = engine.catalog.relations();
     let jobs: Vec<Relation> = jobs
@@ -245,7 +266,7 @@ pub(super) async fn restart_jobs(
         .collect();
     let resume = restored && region_can_resume(engine, &jobs, &relations).await?;
     for r in &jobs {
-        restart_job(engine, r, resume).await?;
+        restart_job(engine, r, resume, resumed_at).await?;
     }
     std::mem::drop(paused);
     engine.checkpoints.run_round().await;

@@ -39,9 +39,10 @@ pub(super) async fn create(session: &Session, sink: CreateSink) -> Result<Outcom
         ..Relation::new(sink.name.clone(), RelationKind::Sink)
     };
     // Options, and the target itself, are checked before anything is created.
-    job_output(engine, &rel, &graph, true).await?;
+    job_output(engine, &rel, &graph, None).await?;
     rel = engine.catalog.create_relation(rel)?;
-    let output = match job_output(engine, &rel, &graph, false).await {
+    let committed = engine.checkpoints.committed_epoch();
+    let output = match job_output(engine, &rel, &graph, Some(committed)).await {
         Ok(output) => output,
         Err(e) => {
             engine.catalog.drop_relation(&rel.name)?;
@@ -52,30 +53,37 @@ pub(super) async fn create(session: &Session, sink: CreateSink) -> Result<Outcom
     Ok(Outcome::Command("CREATE_SINK".into()))
 }
 
-/// Where a sink's job writes. Files a file sink staged before this start are settled
-/// first (published up to the committed epoch, the rest deleted), and published from
-/// then on as checkpoints commit. `check_target` (at `CREATE SINK`) also checks that the
-/// target is reachable and fits the sink.
+/// Where a sink's job writes, for a job about to run with its state of epoch
+/// `resumed_at`. What a sink that publishes at commit (files, exactly-once Kafka) staged
+/// before this start is settled first (published up to the committed epoch, dropped
+/// after `resumed_at`), and published from then on as checkpoints commit. Without
+/// `resumed_at` (at `CREATE SINK`, before anything runs) the options and the target are
+/// checked instead: reachable, and fit for the sink.
 pub(super) async fn job_output(
     engine: &Engine,
     rel: &Relation,
     graph: &StreamGraph,
-    check_target: bool,
+    resumed_at: Option<u64>,
 ) -> Result<JobOutput> {
+    let check_target = resumed_at.is_none();
     let connector = rel.options.get("connector").map(|c| c.to_ascii_lowercase());
     if connector.as_deref() == Some("blackhole") {
         return JobOutput::blackhole(&rel.options);
     }
     let context = SinkContext {
         name: &rel.name,
+        id: rel.id,
         schema: graph.schema.clone(),
         updating: graph.keyed,
         s3: &engine.config.s3,
+        state_store: &engine.config.state_store_location(),
     };
     let opened = crate::connectors::sink::open(&rel.options, &context, check_target).await?;
-    if !check_target && let Some(committer) = opened.committer {
+    if let Some(resumed_at) = resumed_at
+        && let Some(committer) = opened.committer
+    {
         committer
-            .recover(engine.checkpoints.committed_epoch())
+            .recover(engine.checkpoints.committed_epoch(), resumed_at)
             .await?;
         let name = rel.name.clone();
         engine.checkpoints.set_commit_hook(
@@ -86,7 +94,7 @@ pub(super) async fn job_output(
                 let name = name.clone();
                 Box::pin(async move {
                     if holds_sink && let Err(e) = committer.publish_upto(epoch).await {
-                        tracing::warn!(sink = %name, "cannot publish the files of epoch {epoch}: {e}");
+                        tracing::warn!(sink = %name, "cannot publish epoch {epoch}: {e}");
                     }
                 })
             }),

@@ -205,10 +205,13 @@ impl FileCommitter {
         staged.sort_by(|a, b| (a.0, &a.2).cmp(&(b.0, &b.2)));
         Ok(staged)
     }
+}
 
+#[async_trait::async_trait]
+impl super::SinkCommitter for FileCommitter {
     /// Moves the files staged for epochs up to `epoch` (now committed) to their final
     /// names; returns how many.
-    pub async fn publish_upto(&self, epoch: u64) -> Result<usize> {
+    async fn publish_upto(&self, epoch: u64) -> Result<usize> {
         let _busy = self.busy.lock().await;
         let mut published = 0;
         for (staged_epoch, from, name) in self.staged().await? {
@@ -229,12 +232,15 @@ impl FileCommitter {
         Ok(published)
     }
 
-    /// Before the sink's job resumes from the checkpoint of `committed`: files staged for
-    /// epochs up to it are published, later ones deleted (their rows come again).
-    pub async fn recover(&self, committed: u64) -> Result<()> {
+    /// Files staged for epochs up to `committed` are published, those after `resumed_at`
+    /// deleted (their rows come again).
+    async fn recover(&self, committed: u64, resumed_at: u64) -> Result<()> {
         self.publish_upto(committed).await?;
         let _busy = self.busy.lock().await;
-        for (_, path, _) in self.staged().await? {
+        for (epoch, path, _) in self.staged().await? {
+            if epoch <= resumed_at {
+                continue;
+            }
             match self.location.store.delete(&path).await {
                 Ok(()) | Err(object_store::Error::NotFound { .. }) => {}
                 Err(e) => return Err(object_store_error(e)),

@@ -16,13 +16,17 @@
 //! values, decimals, timestamps and intervals as PostgreSQL's text). Plain messages are
 //! sent as chunks arrive; upsert and Debezium changes are reduced per key over the epoch
 //! (one message per changed key: a delete and an insert of the same key are one update)
-//! and sent at the barrier. Delivery is at least once: the barrier waits until the
-//! broker has acknowledged every message, so an epoch's checkpoint is only taken once its messages are
-//! in the topic; after a crash the epochs since the last checkpoint are sent again.
+//! and sent at the barrier. Delivery is at least once by default: the barrier waits until
+//! the broker has acknowledged every message, so an epoch's checkpoint is only taken once
+//! its messages are in the topic; after a crash the epochs since the last checkpoint are
+//! sent again. With `sink.delivery = 'exactly_once'` the messages are staged at the
+//! barrier instead and published once the epoch's checkpoint is committed
+//! ([`super::kafka_commit`]).
 
 use super::super::avro::AvroEncoder;
 use super::super::schema_registry::SchemaRegistry;
 use super::encode::{FileEncoder, FileEncoding};
+use super::kafka_commit::{self, EpochBuffer, KafkaCommitter, KafkaStaging};
 use super::{SinkContext, SinkMode, check_known, inserted_rows, invalid, primary_key};
 use crate::error::{EddyError, Result, sqlstate};
 use crate::stream::sink::{SinkFactory, SinkWriter};
@@ -55,6 +59,8 @@ pub struct KafkaSinkSpec {
     schema: SchemaRef,
     key: Vec<usize>,
     encoding: Encoding,
+    /// With `sink.delivery = 'exactly_once'`: where the epochs are staged.
+    staging: Option<std::sync::Arc<KafkaStaging>>,
 }
 
 /// How rows become message values and keys.
@@ -78,7 +84,20 @@ impl KafkaSinkSpec {
     ) -> Result<Self> {
         let mut plain_options = options.clone();
         plain_options.retain(|k, _| !k.starts_with("properties.") && !k.starts_with("encode."));
-        check_known("kafka", &plain_options, &["topic"])?;
+        check_known(
+            "kafka",
+            &plain_options,
+            &["topic", kafka_commit::DELIVERY_OPTION],
+        )?;
+        let staging = if kafka_commit::exactly_once(options)? {
+            Some(std::sync::Arc::new(KafkaStaging::open(
+                context.id,
+                context.state_store,
+                context.s3,
+            )?))
+        } else {
+            None
+        };
         let required = |key: &str| {
             options
                 .get(key)
@@ -216,7 +235,20 @@ impl KafkaSinkSpec {
             schema: context.schema.clone(),
             key,
             encoding,
+            staging,
         })
+    }
+
+    /// With `sink.delivery = 'exactly_once'`: what publishes the staged epochs.
+    pub fn exactly_once_committer(&self) -> Result<Option<KafkaCommitter>> {
+        Ok(self.staging.as_ref().map(|staging| {
+            KafkaCommitter::new(
+                &self.sink,
+                staging.clone(),
+                &self.topic,
+                self.config.clone(),
+            )
+        }))
     }
 
     fn producer(&self) -> Result<Client> {
@@ -267,7 +299,7 @@ impl SinkFactory for KafkaSinkSpec {
         "KafkaSink"
     }
 
-    fn writer(&self, _subtask: usize) -> Result<Box<dyn SinkWriter>> {
+    fn writer(&self, subtask: usize) -> Result<Box<dyn SinkWriter>> {
         Ok(Box::new(KafkaSinkWriter {
             sink: self.sink.clone(),
             topic: self.topic.clone(),
@@ -277,6 +309,11 @@ impl SinkFactory for KafkaSinkSpec {
             key: self.key.clone(),
             encoding: self.encoding.clone(),
             changes: KeyedChanges::default(),
+            staged: self.staging.as_ref().map(|staging| StagedEpoch {
+                staging: staging.clone(),
+                subtask,
+                buffer: EpochBuffer::default(),
+            }),
         }))
     }
 }
@@ -292,6 +329,14 @@ struct KafkaSinkWriter {
     /// Upsert and Debezium: the epoch's changes per key, in the order keys were first
     /// changed.
     changes: KeyedChanges,
+    /// Exactly once: the epoch's messages, staged at the barrier instead of sent.
+    staged: Option<StagedEpoch>,
+}
+
+struct StagedEpoch {
+    staging: std::sync::Arc<KafkaStaging>,
+    subtask: usize,
+    buffer: EpochBuffer,
 }
 
 /// An epoch's changes reduced per key: the row before the epoch (if the key's first
@@ -373,7 +418,11 @@ impl KafkaSinkWriter {
 
     /// Queues one message; when the client's queue is full, waits for deliveries to make
     /// room (without blocking the worker thread).
-    async fn send(&self, key: Option<&[u8]>, value: Option<&[u8]>) -> Result<()> {
+    async fn send(&mut self, key: Option<&[u8]>, value: Option<&[u8]>) -> Result<()> {
+        if let Some(staged) = &mut self.staged {
+            staged.buffer.push(key, value);
+            return Ok(());
+        }
         let mut record: BaseRecord<'_, [u8], [u8]> = BaseRecord::to(&self.topic);
         if let Some(key) = key {
             record = record.key(key);
@@ -412,6 +461,20 @@ pub struct DeliveryReport {
     last_error: parking_lot::Mutex<Option<String>>,
 }
 
+impl DeliveryReport {
+    /// The deliveries that failed since the last call, as an error naming the last one.
+    pub(super) fn take_failures(&self) -> std::result::Result<(), String> {
+        let failed = self.failed.swap(0, std::sync::atomic::Ordering::Relaxed);
+        if failed == 0 {
+            return Ok(());
+        }
+        Err(format!(
+            "Kafka refused {failed} messages: {}",
+            self.last_error.lock().clone().unwrap_or_default()
+        ))
+    }
+}
+
 impl rdkafka::ClientContext for DeliveryReport {}
 
 impl rdkafka::producer::ProducerContext for DeliveryReport {
@@ -447,7 +510,7 @@ impl SinkWriter for KafkaSinkWriter {
         Ok(())
     }
 
-    async fn barrier(&mut self, _epoch: u64) -> Result<()> {
+    async fn barrier(&mut self, epoch: u64) -> Result<()> {
         let now = std::time::SystemTime::now()
             .duration_since(std::time::UNIX_EPOCH)
             .map(|d| d.as_millis())
@@ -492,6 +555,13 @@ impl SinkWriter for KafkaSinkWriter {
                 Envelope::Plain => {}
             }
         }
+        if let Some(staged) = &mut self.staged {
+            let bytes = staged.buffer.take();
+            if !bytes.is_empty() {
+                staged.staging.stage(epoch, staged.subtask, bytes).await?;
+            }
+            return Ok(());
+        }
         // Every message of the epoch acknowledged (or failed) before the barrier passes.
         let deadline = std::time::Instant::now() + FLUSH_TIMEOUT;
         while self.producer.in_flight_count() > 0 {
@@ -509,18 +579,9 @@ impl SinkWriter for KafkaSinkWriter {
             }
             tokio::time::sleep(Duration::from_millis(1)).await;
         }
-        let report = self.producer.context();
-        let failed = report.failed.swap(0, std::sync::atomic::Ordering::Relaxed);
-        if failed > 0 {
-            return Err(EddyError::new(
-                sqlstate::IO_ERROR,
-                format!(
-                    "sink \"{}\": Kafka refused {failed} messages: {}",
-                    self.sink,
-                    report.last_error.lock().clone().unwrap_or_default()
-                ),
-            ));
-        }
-        Ok(())
+        self.producer
+            .context()
+            .take_failures()
+            .map_err(|e| EddyError::new(sqlstate::IO_ERROR, format!("sink \"{}\": {e}", self.sink)))
     }
 }

@@ -8,14 +8,17 @@
 //!   once the epoch's checkpoint is committed (exactly once);
 //! - [`postgres`]: upserts and deletes into a PostgreSQL table, one transaction per
 //!   epoch (at least once, converging to the query's result);
-//! - [`kafka`]: JSON messages, plain, upsert (tombstones) or Debezium envelopes (at least
-//!   once: every epoch's messages acknowledged before its barrier passes).
+//! - [`kafka`]: JSON or Avro messages, plain, upsert (tombstones) or Debezium envelopes:
+//!   at least once (every epoch's messages acknowledged before its barrier passes), or
+//!   exactly once (`sink.delivery = 'exactly_once'`: staged per epoch, published once the
+//!   epoch's checkpoint is committed, see [`kafka_commit`]).
 //!
 //! (`blackhole`, which only counts rows, is the runtime's own.)
 
 pub mod encode;
 pub mod file;
 pub mod kafka;
+pub mod kafka_commit;
 pub mod postgres;
 
 use crate::config::S3Options;
@@ -30,20 +33,40 @@ use std::sync::Arc;
 /// What a connector needs to know about the sink besides its options.
 pub struct SinkContext<'a> {
     pub name: &'a str,
+    /// The sink's relation id (stable across renames).
+    pub id: u32,
     /// The sink's columns (its query's output).
     pub schema: SchemaRef,
     /// The query updates and deletes rows (a stream with keys), rather than only
     /// appending them.
     pub updating: bool,
     pub s3: &'a S3Options,
+    /// The state store's location (`Config::state_store_location`): where sinks that
+    /// publish at commit stage their epochs, so a committed checkpoint's promise
+    /// survives the loss of the data directory.
+    pub state_store: &'a str,
+}
+
+/// What a sink that publishes at commit does when checkpoints commit and when its job
+/// starts again.
+#[async_trait::async_trait]
+pub trait SinkCommitter: Send + Sync {
+    /// Publishes what was staged for epochs up to `epoch` (now committed); returns how
+    /// many staged parts it published.
+    async fn publish_upto(&self, epoch: u64) -> Result<usize>;
+    /// Before the sink's job runs again with the state of epoch `resumed_at` (the
+    /// committed checkpoint, or the last barrier when every job was paused at it):
+    /// epochs up to `committed` are published, those after `resumed_at` dropped (their
+    /// rows come again); those between wait for their checkpoints to commit.
+    async fn recover(&self, committed: u64, resumed_at: u64) -> Result<()>;
 }
 
 /// A sink connector ready to start.
 pub struct OpenedSink {
     pub factory: Arc<dyn SinkFactory>,
-    /// For sinks that publish at commit (files): what the checkpoint coordinator and
-    /// recovery call.
-    pub committer: Option<Arc<file::FileCommitter>>,
+    /// For sinks that publish at commit (files, exactly-once Kafka): what the checkpoint
+    /// coordinator and recovery call.
+    pub committer: Option<Arc<dyn SinkCommitter>>,
 }
 
 pub const CONNECTORS: &str = "blackhole, file, s3, postgres, kafka";
@@ -82,9 +105,12 @@ pub async fn open(
             if check_target {
                 spec.check_target()?;
             }
+            let committer = spec
+                .exactly_once_committer()?
+                .map(|c| Arc::new(c) as Arc<dyn SinkCommitter>);
             Ok(OpenedSink {
                 factory: Arc::new(spec),
-                committer: None,
+                committer,
             })
         }
         "postgres" => {
