@@ -41,6 +41,7 @@ use datafusion::logical_expr::{Expr, ExprSchemable, LogicalPlan};
 use datafusion::physical_expr::{PhysicalExpr, create_physical_expr};
 use std::sync::Arc;
 
+mod grouping_sets;
 mod not_in;
 mod over_window;
 
@@ -892,12 +893,15 @@ fn visit(plan: &LogicalPlan, ctx: &PlanContext) -> Result<Partial> {
             ))
         }
         LogicalPlan::Aggregate(aggregate) => {
+            if let [Expr::GroupingSet(set)] = aggregate.group_expr.as_slice() {
+                return grouping_sets::aggregate(aggregate, set, ctx);
+            }
             if aggregate
                 .group_expr
                 .iter()
                 .any(|e| matches!(e, Expr::GroupingSet(_)))
             {
-                return Err(unsupported("GROUPING SETS, ROLLUP or CUBE"));
+                return Err(unsupported("GROUPING SETS mixed with other group keys"));
             }
             if let Some(node) = top_n::first_values(aggregate, ctx)? {
                 return plain(node);

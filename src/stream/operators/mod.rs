@@ -3,6 +3,7 @@
 
 pub mod drop_keys;
 pub mod eowc_sort;
+pub mod expand;
 pub mod filter;
 pub mod hash_agg;
 pub mod hash_join;
@@ -106,6 +107,12 @@ pub fn random_salt() -> u64 {
 /// What an operator returns for a watermark: chunks, then watermarks for its output.
 pub type WatermarkOutput = (Vec<StreamChunk>, Vec<Watermark>);
 
+/// Which input of the chain's first operator a message of the task's input `input` is:
+/// a union's task merges its inputs into the one input of an operator that has one.
+fn head_input(first: &dyn Operator, input: usize) -> usize {
+    if first.input_count() > 1 { input } else { 0 }
+}
+
 /// Runs a chunk of input `input` through a chain of operators (the input index matters
 /// only to the first operator).
 pub fn run_chain(
@@ -119,7 +126,7 @@ pub fn run_chain(
     if chunk.num_rows() == 0 {
         return Ok(vec![]);
     }
-    let out = first.process_input(input, chunk)?;
+    let out = first.process_input(head_input(first.as_ref(), input), chunk)?;
     run_chunks(rest, out)
 }
 
@@ -150,6 +157,7 @@ pub fn run_watermark(
         let mut next = Vec::new();
         for w in watermarks {
             let (out, wms) = if i == 0 {
+                let input = head_input(chain[i].as_ref(), input);
                 chain[i].on_input_watermark(input, w)?
             } else {
                 chain[i].on_watermark(w)?
