@@ -51,6 +51,7 @@ pub const TEMPORAL_JOIN_MARKER: &str = "__eddy_temporal_join";
 mod temporal_filter;
 mod top_n;
 mod values;
+pub mod window_tvf;
 
 pub use temporal_filter::NOW_FUNCTION;
 
@@ -85,6 +86,9 @@ enum Node {
         /// The operator outputs inserts only, without keys (rows buffered until the
         /// watermark passes them).
         append_only_output: bool,
+        /// The operator emits a window's rows once its watermark has passed (`EMIT ON
+        /// WINDOW CLOSE`), so nothing above it needs to hold rows back.
+        emits_on_window_close: bool,
         input: Box<Node>,
         watermarks: Vec<usize>,
     },
@@ -262,6 +266,7 @@ impl Partial {
             key_types: agg.group_types,
             key_names: agg.group_names.join(", "),
             append_only_output: false,
+            emits_on_window_close: agg.window_close.is_some(),
             input: Box::new(agg.input),
             watermarks: agg.watermarks,
         })
@@ -538,6 +543,7 @@ fn held_until_watermark(
         key_types,
         key_names,
         append_only_output: true,
+        emits_on_window_close: true,
         input: Box::new(input),
         watermarks,
     })
@@ -548,11 +554,11 @@ fn root_has_window_close(node: &Node) -> bool {
     match node {
         Node::Connector { .. } | Node::Changes { .. } => false,
         Node::Op { input, .. } => root_has_window_close(input),
-        Node::Keyed { spec, input, .. } => {
-            spec.describe.contains("emit on window close")
-                || spec.describe.starts_with("EowcSort")
-                || root_has_window_close(input)
-        }
+        Node::Keyed {
+            emits_on_window_close,
+            input,
+            ..
+        } => *emits_on_window_close || root_has_window_close(input),
         Node::StreamKeyed { input, .. } => root_has_window_close(input),
         Node::Union { inputs, .. } => inputs.iter().any(root_has_window_close),
         Node::Join { inputs, .. } => inputs.iter().any(root_has_window_close),

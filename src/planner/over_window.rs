@@ -110,6 +110,7 @@ pub(super) fn window_node(window: &Window, ctx: &PlanContext) -> Result<Node> {
         key_types: partition_types,
         key_names: partition_names.join(", "),
         append_only_output: eowc.is_some(),
+        emits_on_window_close: eowc.is_some(),
         input: Box::new(input),
         watermarks: watermarks.iter().map(|(_, output)| *output).collect(),
     })

@@ -179,6 +179,7 @@ pub(super) fn node(
             key_types,
             key_names: "the whole row".into(),
             append_only_output: false,
+            emits_on_window_close: false,
             input: Box::new(input),
             watermarks,
         }

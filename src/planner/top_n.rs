@@ -363,6 +363,7 @@ fn top_n_node(
         key_types: partition_types,
         key_names: partition_names.join(", "),
         append_only_output: false,
+        emits_on_window_close: ctx.emit_on_window_close,
         input: Box::new(input),
         watermarks: vec![],
     })

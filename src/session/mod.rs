@@ -187,14 +187,19 @@ impl Engine {
             .set_str("datafusion.execution.time_zone", "+00:00");
         // Eddy's analyzer rules that must see the plan before type coercion go first.
         let default_state = SessionContext::new_with_config(session_config).state();
-        let mut analyzer_rules: Vec<Arc<dyn datafusion::optimizer::AnalyzerRule + Send + Sync>> =
-            vec![Arc::new(round_places::RoundPlaces)];
+        // Windows in FROM become plan nodes (a relation planner), expanded into the plan
+        // nodes computing them before anything else analyzes the plan.
+        let mut analyzer_rules: Vec<Arc<dyn datafusion::optimizer::AnalyzerRule + Send + Sync>> = vec![
+            Arc::new(crate::planner::window_tvf::ExpandWindows),
+            Arc::new(round_places::RoundPlaces),
+        ];
         analyzer_rules.extend(default_state.analyzer().rules.iter().cloned());
         let ctx = SessionContext::new_with_state(
             datafusion::execution::session_state::SessionStateBuilder::new_from_existing(
                 default_state,
             )
             .with_analyzer_rules(analyzer_rules)
+            .with_relation_planners(vec![Arc::new(crate::planner::window_tvf::WindowPlanner)])
             .build(),
         );
         ctx.add_analyzer_rule(Arc::new(numeric_division::NumericDivision));

@@ -14,12 +14,8 @@
 //! - Duplicate output column names (`SELECT 1, 1` or `SELECT a, a`), which PostgreSQL
 //!   allows and DataFusion does not: later duplicates get an internal alias that
 //!   [`super::column_names`] turns back into the PostgreSQL name.
-//! - `TUMBLE(relation, time_col, size [, offset])` in `FROM`: a derived table with the
-//!   relation's columns plus `window_start = date_bin(size, time_col, epoch + offset)` and
-//!   `window_end = window_start + size`. Tumbling windows are a projection, so batch
-//!   queries and streaming jobs both plan it with no special operator.
-//! - `HOP(relation, time_col, slide, size [, offset])`: every row once per hopping window
-//!   it falls in, by unnesting `hop_window_starts(...)`.
+//! - (`TUMBLE` and `HOP` in `FROM` are not rewritten: `planner::window_tvf` plans them
+//!   as plan nodes.)
 //! - `CUMULATE(relation, time_col, step, size [, offset])` (Flink's cumulating windows):
 //!   every row once per window of its `size` window's start that holds it, those windows
 //!   ending every `step`, by unnesting `cumulate_window_ends(...)`.
@@ -50,7 +46,7 @@ use datafusion::sql::sqlparser::dialect::{DuckDbDialect, PostgreSqlDialect};
 use datafusion::sql::sqlparser::parser::Parser;
 use std::ops::ControlFlow;
 
-use super::token_rewrites::{FLINK_CUMULATE, FLINK_HOP, FLINK_SESSION, FLINK_TUMBLE};
+use super::token_rewrites::{FLINK_CUMULATE, FLINK_SESSION};
 
 /// The query of a materialized view or sink with `now()` (and `CURRENT_TIMESTAMP`)
 /// as the processing-time function the stream planner turns into a temporal filter:
@@ -1109,10 +1105,64 @@ fn series_items_of(body: &mut SetExpr) {
 
 struct WindowFunctions;
 
+/// `TUMBLE(t, ...)` and `HOP(t, ...)` (and Flink's forms) are planned as plan nodes by
+/// `planner::window_tvf`. DataFusion looks up only the tables a statement names as
+/// relations before planning it, so the relation a window reads is handed over as the
+/// subquery `(SELECT * FROM t)`, and the window is named after `t` when it has no alias.
+/// Returns whether `factor` is such a window.
+fn read_window_input_as_subquery(factor: &mut TableFactor) -> bool {
+    use crate::planner::window_tvf::{FLINK_HOP, FLINK_TUMBLE};
+    let TableFactor::Table {
+        name,
+        args: Some(args),
+        alias,
+        ..
+    } = factor
+    else {
+        return false;
+    };
+    let function = name.to_string().to_ascii_lowercase();
+    if !["tumble", "hop", FLINK_TUMBLE, FLINK_HOP].contains(&function.as_str()) {
+        return false;
+    }
+    let Some(FunctionArg::Unnamed(FunctionArgExpr::Expr(first))) = args.args.first_mut() else {
+        return true;
+    };
+    let relation = match first {
+        Expr::Identifier(ident) => ObjectName::from(vec![ident.clone()]),
+        Expr::CompoundIdentifier(idents) => ObjectName::from(idents.clone()),
+        // Already a subquery (a stored query), or not a relation (an error when planned).
+        _ => return true,
+    };
+    let Ok(mut query) = parse_query("SELECT * FROM window_input") else {
+        return true;
+    };
+    if let SetExpr::Select(select) = query.body.as_mut()
+        && let Some(TableFactor::Table { name, .. }) =
+            select.from.first_mut().map(|from| &mut from.relation)
+    {
+        if alias.is_none() {
+            let last = relation.0.last().and_then(|p| p.as_ident()).cloned();
+            *alias = last.map(|name| datafusion::sql::sqlparser::ast::TableAlias {
+                explicit: true,
+                name,
+                columns: vec![],
+                at: None,
+            });
+        }
+        *name = relation;
+        *first = Expr::Subquery(Box::new(query));
+    }
+    true
+}
+
 impl VisitorMut for WindowFunctions {
     type Break = ();
 
     fn pre_visit_table_factor(&mut self, factor: &mut TableFactor) -> ControlFlow<()> {
+        if read_window_input_as_subquery(factor) {
+            return ControlFlow::Continue(());
+        }
         let (name, args, alias) = match factor {
             TableFactor::Table {
                 name,
@@ -1135,57 +1185,17 @@ impl VisitorMut for WindowFunctions {
         };
         let function = name.to_string().to_ascii_lowercase();
         // Flink's form (see `flink_windows`) also has `window_time`: the end less 1 ms.
-        let window_time = if [FLINK_TUMBLE, FLINK_HOP, FLINK_CUMULATE, FLINK_SESSION]
-            .contains(&function.as_str())
-        {
+        let window_time = if [FLINK_CUMULATE, FLINK_SESSION].contains(&function.as_str()) {
             ", window_end - INTERVAL '1' MILLISECOND AS window_time"
         } else {
             ""
         };
         let function = match function.as_str() {
-            FLINK_TUMBLE => "tumble",
-            FLINK_HOP => "hop",
             FLINK_CUMULATE => "cumulate",
             FLINK_SESSION => "session",
             other => other,
         };
         let (relation, sql) = match (function, args.as_slice()) {
-            ("tumble", [relation, time, size, rest @ ..])
-                if rest.len() <= 1 && !window_time.is_empty() =>
-            {
-                let origin = match rest.first() {
-                    Some(o) => format!("(TIMESTAMP '1970-01-01 00:00:00' + {})", interval_arg(o)),
-                    None => "TIMESTAMP '1970-01-01 00:00:00'".to_string(),
-                };
-                let start = format!("date_bin({size}, {time}, {origin})");
-                let sql = format!(
-                    "SELECT *{window_time} FROM (SELECT *, {start} AS window_start, {start} + {size} AS window_end FROM {relation}) AS tumble_inner"
-                );
-                (relation, sql)
-            }
-            ("tumble", [relation, time, size, rest @ ..]) if rest.len() <= 1 => {
-                let origin = match rest.first() {
-                    Some(o) => format!("(TIMESTAMP '1970-01-01 00:00:00' + {})", interval_arg(o)),
-                    None => "TIMESTAMP '1970-01-01 00:00:00'".to_string(),
-                };
-                let start = format!("date_bin({size}, {time}, {origin})");
-                let sql = format!(
-                    "SELECT *, {start} AS window_start, {start} + {size} AS window_end FROM {relation}"
-                );
-                (relation, sql)
-            }
-            ("hop", [relation, time, slide, size, rest @ ..]) if rest.len() <= 1 => {
-                let offset = rest
-                    .first()
-                    .map(|o| format!(", {}", interval_arg(o)))
-                    .unwrap_or_default();
-                let sql = format!(
-                    "SELECT *, window_start + {size} AS window_end{} FROM \
-                     (SELECT *, unnest(hop_window_starts({time}, {slide}, {size}{offset})) AS window_start FROM {relation}) AS hop_inner",
-                    window_time.replace("window_end", &format!("(window_start + {size})"))
-                );
-                (relation, sql)
-            }
             ("cumulate", [relation, time, step, size, rest @ ..]) if rest.len() <= 1 => {
                 let (offset, origin) = match rest.first() {
                     Some(o) => (

@@ -18,10 +18,9 @@ use super::{Cursor, is_word, trim};
 use crate::error::{EddyError, Result};
 use datafusion::sql::sqlparser::tokenizer::{Token, Whitespace};
 
-/// The window function a Flink `TUMBLE` becomes (planned by `sql_rewrite`).
-pub const FLINK_TUMBLE: &str = "__eddy_flink_tumble";
-/// The window function a Flink `HOP` becomes.
-pub const FLINK_HOP: &str = "__eddy_flink_hop";
+/// The window functions a Flink `TUMBLE` and `HOP` become (planned by
+/// `planner::window_tvf`).
+pub use crate::planner::window_tvf::{FLINK_HOP, FLINK_TUMBLE};
 /// The window function a Flink `CUMULATE` becomes.
 pub const FLINK_CUMULATE: &str = "__eddy_flink_cumulate";
 /// The window function a Flink `SESSION` becomes: (relation, time, gap, partition keys).
