@@ -4,8 +4,8 @@
 //! session starts at its first row's time and ends `gap` after its last row's.
 //!
 //! `SESSION(...)` in `FROM` (Flink's `TABLE(SESSION(TABLE t [PARTITION BY k],
-//! DESCRIPTOR(ts), gap))`) is rewritten to them, so batch queries and views plan session
-//! windows alike; in a view the window functions are kept up to date like any other
+//! DESCRIPTOR(ts), gap))`) is planned as them (`planner::window_tvf`), so batch queries
+//! and views plan session windows alike; in a view the window functions are kept up to date like any other
 //! (a row that bridges two sessions moves every row of both into the merged one).
 
 use arrow::array::{Array, ArrayRef, AsArray, TimestampMicrosecondArray};

@@ -14,14 +14,9 @@
 //! - Duplicate output column names (`SELECT 1, 1` or `SELECT a, a`), which PostgreSQL
 //!   allows and DataFusion does not: later duplicates get an internal alias that
 //!   [`super::column_names`] turns back into the PostgreSQL name.
-//! - (`TUMBLE` and `HOP` in `FROM` are not rewritten: `planner::window_tvf` plans them
-//!   as plan nodes.)
-//! - `CUMULATE(relation, time_col, step, size [, offset])` (Flink's cumulating windows):
-//!   every row once per window of its `size` window's start that holds it, those windows
-//!   ending every `step`, by unnesting `cumulate_window_ends(...)`.
-//! - `SESSION(relation, time_col, gap [, partition keys])`: each row with its session's
-//!   `window_start` and `window_end`, computed by the `session_start`/`session_end` window
-//!   functions ([`super::session_windows`]).
+//! - `TUMBLE`, `HOP`, `CUMULATE` and `SESSION` in `FROM`: the relation they read is
+//!   handed over as `(SELECT * FROM t)` (the window named `t` when it has no alias), for
+//!   `planner::window_tvf`, which plans the windows as plan nodes.
 //! - Interval literals in PostgreSQL's output form (`INTERVAL '1 day 02:00:00'`,
 //!   `'1 day 02:00:00'::interval`): read by Eddy's parser, handed on in a form Arrow reads.
 //! - `array_sort(a)`: NULLs last, as PostgreSQL and RisingWave sort.
@@ -45,8 +40,6 @@ use datafusion::sql::sqlparser::ast::{
 use datafusion::sql::sqlparser::dialect::{DuckDbDialect, PostgreSqlDialect};
 use datafusion::sql::sqlparser::parser::Parser;
 use std::ops::ControlFlow;
-
-use super::token_rewrites::{FLINK_CUMULATE, FLINK_SESSION};
 
 /// The query of a materialized view or sink with `now()` (and `CURRENT_TIMESTAMP`)
 /// as the processing-time function the stream planner turns into a temporal filter:
@@ -990,16 +983,6 @@ impl VisitorMut for SeriesColumnAlias {
     }
 }
 
-/// A window's offset as an interval: RisingWave also takes a string (`'+6 HOURS'`), whose
-/// `+` signs Arrow's interval parser does not know (a `+` only repeats the default).
-fn interval_arg(arg: &str) -> String {
-    let arg = match arg.strip_prefix('\'').and_then(|a| a.strip_suffix('\'')) {
-        Some(text) => format!("'{}'", text.replace('+', "")),
-        None => arg.to_string(),
-    };
-    format!("CAST({arg} AS INTERVAL)")
-}
-
 struct StringAggByRow;
 
 impl VisitorMut for StringAggByRow {
@@ -1105,13 +1088,12 @@ fn series_items_of(body: &mut SetExpr) {
 
 struct WindowFunctions;
 
-/// `TUMBLE(t, ...)` and `HOP(t, ...)` (and Flink's forms) are planned as plan nodes by
-/// `planner::window_tvf`. DataFusion looks up only the tables a statement names as
+/// `TUMBLE(t, ...)`, `HOP`, `CUMULATE` and `SESSION` (and Flink's forms) are planned as
+/// plan nodes by `planner::window_tvf`. DataFusion looks up only the tables a statement names as
 /// relations before planning it, so the relation a window reads is handed over as the
 /// subquery `(SELECT * FROM t)`, and the window is named after `t` when it has no alias.
 /// Returns whether `factor` is such a window.
 fn read_window_input_as_subquery(factor: &mut TableFactor) -> bool {
-    use crate::planner::window_tvf::{FLINK_HOP, FLINK_TUMBLE};
     let TableFactor::Table {
         name,
         args: Some(args),
@@ -1121,8 +1103,7 @@ fn read_window_input_as_subquery(factor: &mut TableFactor) -> bool {
     else {
         return false;
     };
-    let function = name.to_string().to_ascii_lowercase();
-    if !["tumble", "hop", FLINK_TUMBLE, FLINK_HOP].contains(&function.as_str()) {
+    if !crate::planner::window_tvf::is_window_function(&name.to_string()) {
         return false;
     }
     let Some(FunctionArg::Unnamed(FunctionArgExpr::Expr(first))) = args.args.first_mut() else {
@@ -1160,93 +1141,7 @@ impl VisitorMut for WindowFunctions {
     type Break = ();
 
     fn pre_visit_table_factor(&mut self, factor: &mut TableFactor) -> ControlFlow<()> {
-        if read_window_input_as_subquery(factor) {
-            return ControlFlow::Continue(());
-        }
-        let (name, args, alias) = match factor {
-            TableFactor::Table {
-                name,
-                args: Some(args),
-                alias,
-                ..
-            } => (
-                name.clone(),
-                args.args.iter().map(|a| a.to_string()).collect::<Vec<_>>(),
-                alias.clone(),
-            ),
-            TableFactor::Function {
-                name, args, alias, ..
-            } => (
-                name.clone(),
-                args.iter().map(|a| a.to_string()).collect(),
-                alias.clone(),
-            ),
-            _ => return ControlFlow::Continue(()),
-        };
-        let function = name.to_string().to_ascii_lowercase();
-        // Flink's form (see `flink_windows`) also has `window_time`: the end less 1 ms.
-        let window_time = if [FLINK_CUMULATE, FLINK_SESSION].contains(&function.as_str()) {
-            ", window_end - INTERVAL '1' MILLISECOND AS window_time"
-        } else {
-            ""
-        };
-        let function = match function.as_str() {
-            FLINK_CUMULATE => "cumulate",
-            FLINK_SESSION => "session",
-            other => other,
-        };
-        let (relation, sql) = match (function, args.as_slice()) {
-            ("cumulate", [relation, time, step, size, rest @ ..]) if rest.len() <= 1 => {
-                let (offset, origin) = match rest.first() {
-                    Some(o) => (
-                        format!(", {}", interval_arg(o)),
-                        format!("(TIMESTAMP '1970-01-01 00:00:00' + {})", interval_arg(o)),
-                    ),
-                    None => (String::new(), "TIMESTAMP '1970-01-01 00:00:00'".to_string()),
-                };
-                let sql = format!(
-                    "SELECT *{window_time} FROM \
-                     (SELECT *, date_bin({size}, {time}, {origin}) AS window_start, \
-                      unnest(cumulate_window_ends({time}, {step}, {size}{offset})) AS window_end FROM {relation}) AS cumulate_inner"
-                );
-                (relation, sql)
-            }
-            ("session", [relation, time, gap, keys @ ..]) => {
-                let partition = if keys.is_empty() {
-                    String::new()
-                } else {
-                    format!("PARTITION BY {} ", keys.join(", "))
-                };
-                let over = format!("OVER ({partition}ORDER BY {time})");
-                let sql = format!(
-                    "SELECT *{window_time} FROM \
-                     (SELECT *, session_start({time}, {gap}) {over} AS window_start, \
-                      session_end({time}, {gap}) {over} AS window_end FROM {relation}) AS session_inner"
-                );
-                (relation, sql)
-            }
-            // Not a window function, or the wrong arity, which the planner then reports.
-            _ => return ControlFlow::Continue(()),
-        };
-        let Ok(Some(Statement::Query(query))) = Parser::new(&PostgreSqlDialect {})
-            .try_with_sql(&sql)
-            .and_then(|mut p| p.parse_statement())
-            .map(Some)
-        else {
-            return ControlFlow::Continue(());
-        };
-        let alias = alias.unwrap_or_else(|| datafusion::sql::sqlparser::ast::TableAlias {
-            explicit: true,
-            name: Ident::new(relation.rsplit('.').next().unwrap_or(relation).to_string()),
-            columns: vec![],
-            at: None,
-        });
-        *factor = TableFactor::Derived {
-            lateral: false,
-            subquery: query,
-            alias: Some(alias),
-            sample: None,
-        };
+        read_window_input_as_subquery(factor);
         ControlFlow::Continue(())
     }
 }

@@ -21,7 +21,6 @@ mod windows;
 
 pub use corresponding::CORRESPONDING_MARKER;
 pub use struct_star::STRUCT_STAR_MARKER;
-pub use windows::{FLINK_CUMULATE, FLINK_SESSION};
 
 use crate::error::Result;
 use datafusion::sql::sqlparser::dialect::PostgreSqlDialect;

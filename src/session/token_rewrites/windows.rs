@@ -18,13 +18,8 @@ use super::{Cursor, is_word, trim};
 use crate::error::{EddyError, Result};
 use datafusion::sql::sqlparser::tokenizer::{Token, Whitespace};
 
-/// The window functions a Flink `TUMBLE` and `HOP` become (planned by
-/// `planner::window_tvf`).
-pub use crate::planner::window_tvf::{FLINK_HOP, FLINK_TUMBLE};
-/// The window function a Flink `CUMULATE` becomes.
-pub const FLINK_CUMULATE: &str = "__eddy_flink_cumulate";
-/// The window function a Flink `SESSION` becomes: (relation, time, gap, partition keys).
-pub const FLINK_SESSION: &str = "__eddy_flink_session";
+/// The window functions Flink's windows become (planned by `planner::window_tvf`).
+pub use crate::planner::window_tvf::{FLINK_CUMULATE, FLINK_HOP, FLINK_SESSION, FLINK_TUMBLE};
 
 /// A Flink window call starting at `start` (`TABLE(<fn>(TABLE ...`): its replacement and
 /// the index after it.
