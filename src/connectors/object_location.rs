@@ -57,6 +57,28 @@ impl ObjectLocation {
             .filter(|p| !p.is_empty())
             .fold(self.prefix.clone(), |path, part| path.join(part))
     }
+
+    /// Every object under `dir` (none when it does not exist): its path, and the parts of
+    /// that path below `dir` (`["00042", "00001.messages"]`).
+    pub async fn list_below(&self, dir: &ObjectPath) -> Result<Vec<(ObjectPath, Vec<String>)>> {
+        use futures::TryStreamExt;
+        let listed: Vec<_> = match self.store.list(Some(dir)).try_collect().await {
+            Ok(listed) => listed,
+            Err(object_store::Error::NotFound { .. }) => vec![],
+            Err(e) => return Err(object_store_error(e)),
+        };
+        Ok(listed
+            .into_iter()
+            .filter_map(|object| {
+                let parts = object
+                    .location
+                    .prefix_match(dir)?
+                    .map(|p| p.as_ref().to_string())
+                    .collect();
+                Some((object.location, parts))
+            })
+            .collect())
+    }
 }
 
 pub fn object_store_error(e: object_store::Error) -> EddyError {

@@ -20,7 +20,6 @@ use crate::error::Result;
 use crate::stream::StreamChunk;
 use crate::stream::sink::{SinkFactory, SinkWriter};
 use arrow::datatypes::SchemaRef;
-use futures::TryStreamExt;
 use object_store::{ObjectStoreExt, PutPayload};
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -185,21 +184,12 @@ impl FileCommitter {
     /// The staged files: (epoch, staged path, final name).
     async fn staged(&self) -> Result<Vec<(u64, object_store::path::Path, String)>> {
         let prefix = self.location.path(&format!("{STAGING}/{}", self.sink));
-        let listed: Vec<_> = match self.location.store.list(Some(&prefix)).try_collect().await {
-            Ok(listed) => listed,
-            Err(object_store::Error::NotFound { .. }) => vec![],
-            Err(e) => return Err(object_store_error(e)),
-        };
         let mut staged = Vec::new();
-        for object in listed {
-            let Some(parts) = object.location.prefix_match(&prefix) else {
-                continue;
-            };
-            let parts: Vec<String> = parts.map(|p| p.as_ref().to_string()).collect();
+        for (path, parts) in self.location.list_below(&prefix).await? {
             if let [epoch, name] = parts.as_slice()
                 && let Ok(epoch) = epoch.parse::<u64>()
             {
-                staged.push((epoch, object.location.clone(), name.clone()));
+                staged.push((epoch, path, name.clone()));
             }
         }
         staged.sort_by(|a, b| (a.0, &a.2).cmp(&(b.0, &b.2)));

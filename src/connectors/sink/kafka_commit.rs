@@ -25,7 +25,6 @@ use super::SinkCommitter;
 use super::kafka::DeliveryReport;
 use crate::connectors::object_location::{ObjectLocation, object_store_error};
 use crate::error::{EddyError, Result, sqlstate};
-use futures::TryStreamExt;
 use object_store::path::Path as ObjectPath;
 use object_store::{ObjectStoreExt, PutPayload};
 use rdkafka::config::ClientConfig;
@@ -173,18 +172,8 @@ impl KafkaStaging {
 
     /// The staged parts, in publishing order: (epoch, subtask).
     async fn parts(&self) -> Result<Vec<(u64, usize)>> {
-        let root = self.root();
-        let listed: Vec<_> = match self.location.store.list(Some(&root)).try_collect().await {
-            Ok(listed) => listed,
-            Err(object_store::Error::NotFound { .. }) => vec![],
-            Err(e) => return Err(object_store_error(e)),
-        };
         let mut parts = Vec::new();
-        for object in listed {
-            let Some(names) = object.location.prefix_match(&root) else {
-                continue;
-            };
-            let names: Vec<String> = names.map(|p| p.as_ref().to_string()).collect();
+        for (_, names) in self.location.list_below(&self.root()).await? {
             if let [epoch, file] = names.as_slice()
                 && let Some(subtask) = file.strip_suffix(".messages")
                 && let (Ok(epoch), Ok(subtask)) = (epoch.parse::<u64>(), subtask.parse::<usize>())
@@ -525,23 +514,22 @@ fn send_part(
             continue;
         }
         let seq_text = seq.to_string();
-        let headers = OwnedHeaders::new_with_capacity(4)
-            .insert(Header {
-                key: SINK_HEADER,
-                value: Some(sink.as_str()),
-            })
-            .insert(Header {
-                key: EPOCH_HEADER,
-                value: Some(epoch.as_str()),
-            })
-            .insert(Header {
-                key: SUBTASK_HEADER,
-                value: Some(subtask.as_str()),
-            })
-            .insert(Header {
-                key: SEQUENCE_HEADER,
-                value: Some(seq_text.as_str()),
-            });
+        let headers = [
+            (SINK_HEADER, sink.as_str()),
+            (EPOCH_HEADER, epoch.as_str()),
+            (SUBTASK_HEADER, subtask.as_str()),
+            (SEQUENCE_HEADER, seq_text.as_str()),
+        ]
+        .into_iter()
+        .fold(
+            OwnedHeaders::new_with_capacity(4),
+            |headers, (key, value)| {
+                headers.insert(Header {
+                    key,
+                    value: Some(value),
+                })
+            },
+        );
         let mut record: BaseRecord<'_, [u8], [u8]> = BaseRecord::to(topic).headers(headers);
         if let Some(key) = &message.key {
             record = record.key(key.as_slice());
