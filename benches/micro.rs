@@ -23,7 +23,7 @@ use datafusion::physical_expr::PhysicalExpr;
 use datafusion::physical_expr::expressions::Column;
 use datafusion::prelude::SessionContext;
 use datafusion::scalar::ScalarValue;
-use eddy::state::{OperatorState, StateStore};
+use eddy::state::{OperatorState, StateStore, StateWrites};
 use eddy::stream::dispatch::{Dispatcher, split};
 use eddy::stream::graph::Exchange;
 use eddy::stream::operators::Operator;
@@ -32,7 +32,6 @@ use eddy::stream::operators::hash_join::{HashJoin, JoinKind, JoinSpec};
 use eddy::stream::{Op, StreamChunk};
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
-use rocksdb::WriteBatch;
 use std::hint::black_box;
 use std::sync::Arc;
 
@@ -128,10 +127,10 @@ fn auction_agg(store: &Arc<StateStore>, append_only: bool) -> (HashAgg, Operator
 /// The end of an epoch: the operator's held changes out, its state written to RocksDB.
 fn barrier(op: &mut dyn Operator, state: &OperatorState, store: &StateStore) {
     black_box(op.on_barrier().expect("barrier"));
-    let mut batch = WriteBatch::default();
+    let mut batch = StateWrites::default();
     op.checkpoint(std::slice::from_ref(state), &mut batch)
         .expect("checkpoint");
-    store.write(batch).expect("state written");
+    store.write(batch.into_batch()).expect("state written");
 }
 
 fn routing(c: &mut Criterion) {

@@ -5,9 +5,9 @@
 //! `eddy_catalog.connector_tables` and `eddy_catalog.dead_letters` read them.
 
 use crate::error::Result;
+use crate::state::StateWrites;
 use crate::state::operator_state::{UNKEYED_GROUP, internal_table_id};
 use crate::state::{OperatorState, StateStore};
-use rocksdb::WriteBatch;
 
 /// The count of malformed messages (offsets, beside it, have 4-byte keys).
 const MALFORMED_KEY: &[u8] = b"malformed";
@@ -41,14 +41,14 @@ pub fn malformed_count(store: &StateStore, relation_id: u32) -> Result<u64> {
         .map_or(0, u64::from_le_bytes))
 }
 
-pub fn put_malformed_count(state: &OperatorState, batch: &mut WriteBatch, total: u64) {
+pub fn put_malformed_count(state: &OperatorState, batch: &mut StateWrites, total: u64) {
     state.put_unkeyed(batch, MALFORMED_KEY, &total.to_le_bytes());
 }
 
 /// Stages a letter, the `index`-th of its batch.
 pub fn put_letter(
     state: &OperatorState,
-    batch: &mut WriteBatch,
+    batch: &mut StateWrites,
     index: usize,
     letter: &TableLetter,
 ) {

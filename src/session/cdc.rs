@@ -112,7 +112,7 @@ fn store_position(
     letters: &[Skipped],
 ) -> Result<()> {
     let state = position_state(engine, rel);
-    let mut batch = rocksdb::WriteBatch::default();
+    let mut batch = crate::state::StateWrites::default();
     state.put_unkeyed(&mut batch, POSITION_KEY, &lsn.to_le_bytes());
     if malformed > 0 {
         let total = table_letters::malformed_count(&engine.store, rel.id)? + malformed;
@@ -127,7 +127,7 @@ fn store_position(
         };
         table_letters::put_letter(&state, &mut batch, index, &letter);
     }
-    engine.store.write(batch)
+    engine.store.write(batch.into_batch())
 }
 
 /// A change that did not fit the table: its row (as a JSON object of the columns'

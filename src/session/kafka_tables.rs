@@ -76,7 +76,7 @@ fn store_offsets(
     letters: &[(&Received, &str)],
 ) -> Result<()> {
     let state = offsets_state(engine, rel);
-    let mut batch = rocksdb::WriteBatch::default();
+    let mut batch = crate::state::StateWrites::default();
     for (partition, next) in offsets {
         state.put_unkeyed(&mut batch, &partition.to_be_bytes(), &next.to_le_bytes());
     }
@@ -95,7 +95,7 @@ fn store_offsets(
         };
         table_letters::put_letter(&state, &mut batch, index, &letter);
     }
-    engine.store.write(batch)
+    engine.store.write(batch.into_batch())
 }
 
 /// Starts the task of every Kafka table (at server start, after the restore).

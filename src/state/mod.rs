@@ -20,7 +20,7 @@ pub mod transaction;
 pub use cache_budget::{BudgetShare, CacheBudget};
 pub use conflict::OnConflict;
 pub use keys::{KeyGroup, MAX_PARALLELISM, key_group_of, stable_hash};
-pub use operator_state::OperatorState;
+pub use operator_state::{OperatorState, StateWrites};
 pub use serving_snapshot::{PinnedSnapshot, ServingEpoch, ServingSnapshot};
 pub use state_table::StateTable;
 pub use store::StateStore;

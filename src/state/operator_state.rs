@@ -10,8 +10,8 @@
 //! split's position) goes to the reserved group [`UNKEYED_GROUP`], which every subtask
 //! reads whole.
 //!
-//! Writes are collected into a `WriteBatch` when a barrier passes; nothing is written in
-//! between, so the store only ever holds whole epochs of operator state.
+//! Writes are collected into a task's [`StateWrites`] when a barrier passes; nothing is
+//! written in between, so the store only ever holds whole epochs of operator state.
 
 use super::keys::{KEY_PREFIX_LEN, KeyGroup, MAX_PARALLELISM, encode_state_key, key_group_of};
 use super::store::{StateStore, prefix_end};
@@ -38,6 +38,32 @@ pub fn internal_table_range(relation_id: u32) -> (u32, u32) {
     )
 }
 
+/// The state writes of one epoch of a task: at a barrier each stateful operator (and the
+/// source's split positions) adds the state it changed, and the task writes them all in
+/// one atomic write. Operators reach it only through [`OperatorState`]'s methods, which
+/// place each write in the operator's own table and key group; they never see the
+/// store's write batch.
+#[derive(Default)]
+pub struct StateWrites {
+    batch: WriteBatch,
+}
+
+impl StateWrites {
+    pub fn is_empty(&self) -> bool {
+        self.batch.is_empty()
+    }
+
+    /// How many writes (puts, deletes, range deletes) it holds.
+    pub fn len(&self) -> usize {
+        self.batch.len()
+    }
+
+    /// The writes, for the store.
+    pub fn into_batch(self) -> WriteBatch {
+        self.batch
+    }
+}
+
 #[derive(Clone)]
 pub struct OperatorState {
     table_id: u32,
@@ -61,8 +87,8 @@ impl OperatorState {
     }
 
     /// Puts (or with `None`, deletes) the state of a key.
-    pub fn put_keyed(&self, batch: &mut WriteBatch, key: &[u8], value: Option<&[u8]>) {
-        self.put_in_group(batch, key_group_of(key), key, value);
+    pub fn put_keyed(&self, writes: &mut StateWrites, key: &[u8], value: Option<&[u8]>) {
+        self.put_in_group(writes, key_group_of(key), key, value);
     }
 
     /// Puts (or with `None`, deletes) state under `key` in key group `group`: for state
@@ -70,7 +96,7 @@ impl OperatorState {
     /// it lives in the key group its rows are routed by.
     pub fn put_in_group(
         &self,
-        batch: &mut WriteBatch,
+        writes: &mut StateWrites,
         group: KeyGroup,
         key: &[u8],
         value: Option<&[u8]>,
@@ -78,8 +104,8 @@ impl OperatorState {
         let mut state_key = Vec::new();
         encode_state_key(self.table_id, group, key, &mut state_key);
         match value {
-            Some(v) => batch.put(&state_key, v),
-            None => batch.delete(&state_key),
+            Some(v) => writes.batch.put(&state_key, v),
+            None => writes.batch.delete(&state_key),
         }
     }
 
@@ -125,20 +151,20 @@ impl OperatorState {
 
     /// Deletes all state under `prefix` in key group `group`, in the same write as the
     /// rest of the batch.
-    pub fn delete_prefix_in_group(&self, batch: &mut WriteBatch, group: KeyGroup, prefix: &[u8]) {
+    pub fn delete_prefix_in_group(&self, writes: &mut StateWrites, group: KeyGroup, prefix: &[u8]) {
         let mut start = Vec::new();
         encode_state_key(self.table_id, group, prefix, &mut start);
         // The prefix starts with the table id and key group, so it is never all 0xff.
         if let Some(end) = prefix_end(&start) {
-            batch.delete_range(&start, &end);
+            writes.batch.delete_range(&start, &end);
         }
     }
 
     /// Puts state that belongs to no key.
-    pub fn put_unkeyed(&self, batch: &mut WriteBatch, key: &[u8], value: &[u8]) {
+    pub fn put_unkeyed(&self, writes: &mut StateWrites, key: &[u8], value: &[u8]) {
         let mut state_key = Vec::new();
         encode_state_key(self.table_id, UNKEYED_GROUP, key, &mut state_key);
-        batch.put(&state_key, value);
+        writes.batch.put(&state_key, value);
     }
 
     /// Visits the keyed state of every key group this subtask owns (keys without the

@@ -9,9 +9,9 @@ use super::watermark::WatermarkGenerator;
 use super::{Barrier, Message, StreamChunk, Watermark};
 use crate::connectors::SplitReader;
 use crate::error::{EddyError, Result};
+use crate::state::StateWrites;
 use crate::state::{OperatorState, StateTable};
 use futures::FutureExt;
-use rocksdb::WriteBatch;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
@@ -157,7 +157,7 @@ impl DeadLetters {
         }
     }
 
-    fn write(&mut self, batch: &mut WriteBatch) {
+    fn write(&mut self, batch: &mut StateWrites) {
         for (key, value) in self.staged.drain(..) {
             self.state.put_unkeyed(batch, &key, &value);
         }
@@ -252,7 +252,7 @@ impl SourcePositions {
         Ok(())
     }
 
-    fn write(&mut self, batch: &mut WriteBatch) {
+    fn write(&mut self, batch: &mut StateWrites) {
         for (split, value) in self.staged.drain(..) {
             self.state
                 .put_unkeyed(batch, &(split as u32).to_be_bytes(), &value);
@@ -590,7 +590,7 @@ impl Task {
     /// Writes the state of the epoch the barrier closes: every stateful operator's
     /// changes and the source positions, in one atomic write.
     fn write_state(&mut self) -> Result<()> {
-        let mut batch = WriteBatch::default();
+        let mut batch = StateWrites::default();
         let mut store = None;
         for (op, tables) in self.chain.iter_mut().zip(&self.states) {
             if let Some(table) = tables.first() {
@@ -603,7 +603,7 @@ impl Task {
             store = Some(p.state.store().clone());
         }
         match store {
-            Some(store) if !batch.is_empty() => store.write(batch),
+            Some(store) if !batch.is_empty() => store.write(batch.into_batch()),
             _ => Ok(()),
         }
     }

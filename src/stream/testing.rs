@@ -6,12 +6,12 @@
 use super::operators::{self, Operator, WatermarkOutput};
 use super::{Op, StreamChunk, Watermark};
 use crate::error::Result;
+use crate::state::StateWrites;
 use crate::state::{OperatorState, StateStore};
 use arrow::array::{ArrayRef, RecordBatch};
 use arrow::datatypes::SchemaRef;
 use arrow::util::display::{ArrayFormatter, FormatOptions};
 use datafusion::common::ScalarValue;
-use rocksdb::WriteBatch;
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
@@ -88,14 +88,14 @@ impl Harness {
     /// written to the store.
     pub fn barrier(&mut self) -> Vec<StreamChunk> {
         let out = operators::barrier_chain(&mut self.chain).expect("barrier");
-        let mut batch = WriteBatch::default();
+        let mut batch = StateWrites::default();
         for (op, tables) in self.chain.iter_mut().zip(&self.tables) {
             if !tables.is_empty() {
                 op.checkpoint(tables, &mut batch).expect("checkpoint");
             }
         }
         self.last_writes = batch.len();
-        self.store.write(batch).expect("state written");
+        self.store.write(batch.into_batch()).expect("state written");
         out
     }
 
@@ -117,9 +117,9 @@ impl Harness {
 
     /// Writes a state entry directly, as an older version of an operator would have.
     pub fn put_state(&self, operator: usize, table: usize, key: &[u8], value: &[u8]) {
-        let mut batch = WriteBatch::default();
+        let mut batch = StateWrites::default();
         self.tables[operator][table].put_keyed(&mut batch, key, Some(value));
-        self.store.write(batch).expect("state written");
+        self.store.write(batch.into_batch()).expect("state written");
     }
 
     /// Keyed state entries the chain's operators have written.

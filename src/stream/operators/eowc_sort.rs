@@ -9,6 +9,7 @@
 
 use super::{Operator, WatermarkOutput};
 use crate::error::{EddyError, Result};
+use crate::state::StateWrites;
 use crate::state::keys::{put_len_prefixed, take_len_prefixed, whole_row_codec};
 use crate::state::{OperatorState, key_group_of};
 use crate::stream::{StreamChunk, Watermark};
@@ -17,7 +18,6 @@ use arrow::compute::cast;
 use arrow::datatypes::SchemaRef;
 use arrow::row::{RowConverter, SortField};
 use datafusion::physical_expr::PhysicalExpr;
-use rocksdb::WriteBatch;
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
@@ -213,7 +213,7 @@ impl Operator for EowcSort {
         1
     }
 
-    fn checkpoint(&mut self, tables: &[OperatorState], batch: &mut WriteBatch) -> Result<()> {
+    fn checkpoint(&mut self, tables: &[OperatorState], batch: &mut StateWrites) -> Result<()> {
         for (entry, held) in std::mem::take(&mut self.changed) {
             let (key, row) = split_entry(&entry)?;
             let group = self.group_of(row);

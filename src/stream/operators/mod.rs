@@ -20,7 +20,7 @@ mod tests;
 use super::{StreamChunk, Watermark};
 use crate::error::Result;
 use crate::state::OperatorState;
-use rocksdb::WriteBatch;
+use crate::state::StateWrites;
 
 pub trait Operator: Send {
     /// A short name for `EXPLAIN` and the tasks table.
@@ -82,8 +82,10 @@ pub trait Operator: Send {
         0
     }
 
-    /// A barrier passes: writes the state changed since the last one into `batch`.
-    fn checkpoint(&mut self, _tables: &[OperatorState], _batch: &mut WriteBatch) -> Result<()> {
+    /// A barrier passes: adds the state changed since the last one to the epoch's
+    /// writes, through its tables' [`OperatorState`] (which place each write in the
+    /// table and key group; the task writes the whole epoch at once).
+    fn checkpoint(&mut self, _tables: &[OperatorState], _writes: &mut StateWrites) -> Result<()> {
         Ok(())
     }
 

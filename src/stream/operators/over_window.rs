@@ -23,6 +23,7 @@ use super::Operator;
 use super::top_n::partitions::{Bytes, Partitions, Position, encode_rows};
 use crate::error::Result;
 use crate::state::OperatorState;
+use crate::state::StateWrites;
 use crate::stream::{Op, StreamChunk, Watermark};
 use arrow::array::{Array, ArrayRef, RecordBatch};
 use arrow::datatypes::{DataType, SchemaRef};
@@ -30,7 +31,6 @@ use arrow::row::{RowConverter, SortField};
 use datafusion::common::HashMap;
 use datafusion::physical_expr::PhysicalExpr;
 use datafusion::physical_expr::window::WindowExpr;
-use rocksdb::WriteBatch;
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
@@ -474,7 +474,7 @@ impl Operator for OverWindow {
         }
     }
 
-    fn checkpoint(&mut self, tables: &[OperatorState], batch: &mut WriteBatch) -> Result<()> {
+    fn checkpoint(&mut self, tables: &[OperatorState], batch: &mut StateWrites) -> Result<()> {
         self.partitions.checkpoint(&tables[0], batch);
         for (key, entry, held) in self.held.changed.drain(..) {
             let (partition, _) = crate::state::keys::take_len_prefixed(&entry)

@@ -15,6 +15,7 @@
 
 use super::Operator;
 use crate::error::{EddyError, Result};
+use crate::state::StateWrites;
 use crate::state::keys::{put_len_prefixed, take_len_prefixed, whole_row_codec};
 use crate::state::{OperatorState, key_group_of};
 use crate::stream::{Op, StreamChunk};
@@ -22,7 +23,6 @@ use arrow::array::{Array, AsArray, RecordBatch, UInt32Array};
 use arrow::datatypes::{DataType, SchemaRef, TimeUnit, TimestampMicrosecondType};
 use arrow::row::RowConverter;
 use datafusion::physical_expr::PhysicalExpr;
-use rocksdb::WriteBatch;
 use std::collections::{BTreeSet, HashMap, HashSet};
 use std::sync::Arc;
 
@@ -325,7 +325,7 @@ impl Operator for TemporalFilter {
     }
 
     /// Each changed row: its count and whether it is shown, or its deletion.
-    fn checkpoint(&mut self, tables: &[OperatorState], batch: &mut WriteBatch) -> Result<()> {
+    fn checkpoint(&mut self, tables: &[OperatorState], batch: &mut StateWrites) -> Result<()> {
         for id in self.dirty.drain() {
             let (row, key) = split_identity(&id)?;
             let group = key_group_of(if self.by_stream_key { key } else { row });

@@ -31,6 +31,7 @@ use super::project::Project;
 use super::{Operator, WatermarkOutput};
 use crate::error::{EddyError, Result};
 use crate::state::OperatorState;
+use crate::state::StateWrites;
 use crate::stream::{Op, StreamChunk, Watermark};
 use arrow::array::{Array, ArrayRef, AsArray, Float64Array, Int64Array, RecordBatch};
 use arrow::compute::cast;
@@ -39,7 +40,6 @@ use arrow::row::{RowConverter, SortField};
 use datafusion::common::HashMap;
 use datafusion::common::ScalarValue;
 use datafusion::physical_expr::PhysicalExpr;
-use rocksdb::WriteBatch;
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
@@ -883,7 +883,7 @@ impl Operator for HashAgg {
 
     /// Writes every changed group's state (deleting groups with no rows and forgotten
     /// windows) and, with `EMIT ON WINDOW CLOSE`, where windows are closed.
-    fn checkpoint(&mut self, tables: &[OperatorState], batch: &mut WriteBatch) -> Result<()> {
+    fn checkpoint(&mut self, tables: &[OperatorState], batch: &mut StateWrites) -> Result<()> {
         let state = &tables[0];
         let keeps_values = self.keeps_values();
         for key in self.forgotten.drain(..) {

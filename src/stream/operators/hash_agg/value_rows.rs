@@ -14,8 +14,8 @@
 use super::{AggState, HashAgg};
 use crate::error::{EddyError, Result};
 use crate::state::OperatorState;
+use crate::state::StateWrites;
 use crate::state::keys::{key_group_of, put_len_prefixed};
-use rocksdb::WriteBatch;
 
 /// First byte of every value row. Group keys are memcomparable rows of ascending fields,
 /// whose first byte (a null or validity sentinel) is at most 2: no group key starts so.
@@ -54,7 +54,7 @@ impl HashAgg {
         &mut self,
         g: usize,
         state: &OperatorState,
-        batch: &mut WriteBatch,
+        batch: &mut StateWrites,
     ) {
         let mut changes = std::mem::take(&mut self.value_changes[g]);
         if changes.is_empty() {
@@ -86,7 +86,7 @@ impl HashAgg {
     pub(super) fn delete_value_rows(
         group_key: &[u8],
         state: &OperatorState,
-        batch: &mut WriteBatch,
+        batch: &mut StateWrites,
     ) {
         state.delete_prefix_in_group(batch, key_group_of(group_key), &group_prefix(group_key));
     }

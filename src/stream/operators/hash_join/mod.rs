@@ -24,6 +24,7 @@ mod side;
 use super::Operator;
 use crate::error::{EddyError, Result};
 use crate::state::OperatorState;
+use crate::state::StateWrites;
 use crate::stream::{Op, StreamChunk, Watermark};
 use arrow::array::{Array, ArrayRef, BooleanArray, RecordBatch, UInt32Array, new_null_array};
 use arrow::compute::take;
@@ -31,7 +32,6 @@ use arrow::datatypes::{DataType, Field, Schema, SchemaRef};
 use arrow::row::{RowConverter, Rows, SortField};
 use cleanup::{CleanupIndex, StateCleanup};
 use datafusion::physical_expr::PhysicalExpr;
-use rocksdb::WriteBatch;
 use side::{Bytes, Entry, SideState};
 use std::sync::Arc;
 
@@ -745,7 +745,7 @@ impl Operator for HashJoin {
         2
     }
 
-    fn checkpoint(&mut self, tables: &[OperatorState], batch: &mut WriteBatch) -> Result<()> {
+    fn checkpoint(&mut self, tables: &[OperatorState], batch: &mut StateWrites) -> Result<()> {
         for (side, table) in self.sides.iter_mut().zip(tables) {
             side.checkpoint(table, batch);
         }

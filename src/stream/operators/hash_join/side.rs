@@ -21,10 +21,10 @@
 //! finds them; its state stays bounded by the expiry.
 
 use crate::error::{EddyError, Result};
+use crate::state::StateWrites;
 use crate::state::keys::key_group_of;
 use crate::state::{BudgetShare, OperatorState};
 use datafusion::common::HashMap;
-use rocksdb::WriteBatch;
 use std::collections::BTreeMap;
 
 /// Estimated memory of a stored row besides its id and values.
@@ -193,7 +193,7 @@ impl SideState {
     }
 
     /// Writes the entries changed since the last barrier.
-    pub fn checkpoint(&mut self, table: &OperatorState, batch: &mut WriteBatch) {
+    pub fn checkpoint(&mut self, table: &OperatorState, batch: &mut StateWrites) {
         let mut key = Vec::new();
         let mut value = Vec::new();
         for (join_key, mut ids) in self.dirty.drain() {

@@ -20,6 +20,7 @@ pub(crate) mod partitions;
 use super::Operator;
 use crate::error::Result;
 use crate::state::OperatorState;
+use crate::state::StateWrites;
 use crate::stream::{Op, StreamChunk, Watermark};
 use arrow::array::{ArrayRef, RecordBatch, UInt64Array};
 use arrow::compute::cast;
@@ -28,7 +29,6 @@ use arrow::row::{RowConverter, SortField};
 use datafusion::common::{HashMap, HashSet};
 use datafusion::physical_expr::PhysicalExpr;
 use partitions::{Bytes, Partitions, encode_rows};
-use rocksdb::WriteBatch;
 use std::sync::Arc;
 
 /// How rows are numbered within a partition.
@@ -306,7 +306,7 @@ impl Operator for TopN {
         1
     }
 
-    fn checkpoint(&mut self, tables: &[OperatorState], batch: &mut WriteBatch) -> Result<()> {
+    fn checkpoint(&mut self, tables: &[OperatorState], batch: &mut StateWrites) -> Result<()> {
         self.partitions.checkpoint(&tables[0], batch);
         Ok(())
     }

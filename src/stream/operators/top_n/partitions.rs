@@ -23,6 +23,7 @@
 //! sequence number, tag 1 followed by `len(sort key) | sort key | id` one row.
 
 use crate::error::{EddyError, Result};
+use crate::state::StateWrites;
 use crate::state::keys::{key_group_of, put_len_prefixed, take_len_prefixed};
 use crate::state::{BudgetShare, OperatorState};
 use crate::stream::StreamChunk;
@@ -30,7 +31,6 @@ use arrow::array::RecordBatch;
 use arrow::row::{RowConverter, Rows};
 use datafusion::common::{HashMap, HashSet};
 use datafusion::physical_expr::PhysicalExpr;
-use rocksdb::WriteBatch;
 use std::collections::BTreeMap;
 use std::ops::Bound;
 use std::sync::Arc;
@@ -436,7 +436,7 @@ impl Partitions {
     /// Writes the changes since the last barrier. Then every partition is clean: memory
     /// keeps only the row limit's first rows of each, forgets empty ones, and gives back
     /// its share when the caches together are over budget.
-    pub fn checkpoint(&mut self, table: &OperatorState, batch: &mut WriteBatch) {
+    pub fn checkpoint(&mut self, table: &OperatorState, batch: &mut StateWrites) {
         let mut key = Vec::new();
         for (partition, pending) in std::mem::take(&mut self.pending) {
             let group = key_group_of(&partition);
