@@ -603,7 +603,7 @@ fn fragment_of(node: Node, fragments: &mut Vec<Fragment>, parallelism: usize) ->
             .min(MAX_PARALLELISM as usize);
             fragments.push(Fragment {
                 input: FragmentInput::Connector {
-                    source,
+                    source: input_relation(&source),
                     spec,
                     projection,
                     watermark,
@@ -639,7 +639,7 @@ fn fragment_of(node: Node, fragments: &mut Vec<Fragment>, parallelism: usize) ->
             };
             fragments.push(Fragment {
                 input: FragmentInput::Changes {
-                    relation,
+                    relation: input_relation(&relation),
                     projection,
                     watermark,
                 },
@@ -769,6 +769,17 @@ fn fragment_of(node: Node, fragments: &mut Vec<Fragment>, parallelism: usize) ->
             });
             fragments.len() - 1
         }
+    }
+}
+
+/// What the runtime needs of a relation a fragment reads.
+fn input_relation(rel: &Relation) -> crate::stream::graph::InputRelation {
+    crate::stream::graph::InputRelation {
+        id: rel.id,
+        name: rel.name.clone(),
+        kind: rel.kind.sql_name(),
+        is_table: rel.kind == RelationKind::Table,
+        options: rel.options.clone(),
     }
 }
 

@@ -52,7 +52,13 @@ fn spawn_job(
         &rel.name,
         graph,
         output,
-        &|r| provider.state_table_for(r),
+        &|r| {
+            let rel = engine
+                .catalog
+                .get_by_id(r.id)
+                .ok_or_else(|| crate::error::EddyError::undefined_table(&r.name))?;
+            provider.state_table_for(&rel)
+        },
         &JobStateLocation {
             relation_id: rel.id,
             store: engine.store.clone(),

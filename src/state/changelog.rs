@@ -23,8 +23,8 @@
 //! write, and every barrier carries the log's position, so that a job can resume after
 //! the changes its checkpoint holds.
 
-use crate::stream::dispatch::{split, split_rows, subtask_of};
-use crate::stream::{Barrier, Message, Op, StreamChunk};
+use crate::dataflow::routing::{split, split_rows, subtask_of};
+use crate::dataflow::{Barrier, Message, Op, StreamChunk};
 use parking_lot::{Mutex, MutexGuard};
 use std::collections::VecDeque;
 use std::sync::Arc;
@@ -35,7 +35,7 @@ use tokio::sync::mpsc::{UnboundedReceiver, UnboundedSender, unbounded_channel};
 
 /// Unread messages from one publisher that a view's subscriber may hold before that
 /// publisher waits (as many as a channel between two tasks holds).
-pub const CHANGE_BACKLOG: usize = crate::stream::dispatch::CHANNEL_CAPACITY;
+pub const CHANGE_BACKLOG: usize = crate::dataflow::routing::CHANNEL_CAPACITY;
 
 /// How far one reader of a change stream is behind one publisher.
 #[derive(Default)]

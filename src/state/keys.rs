@@ -1,40 +1,11 @@
-//! The state key layout and the stable hash that assigns keys to key groups.
-//!
-//! The hash must never change between builds: checkpoints and table rows on disk depend
-//! on which key group a key belongs to. It is FNV-1a (64-bit), written out here rather than
-//! taken from a crate whose output could change with a version bump.
+//! The state key layout: `table_id | key_group | key`, the key group from
+//! [`crate::dataflow::routing`]'s stable hash (which must never change between builds:
+//! checkpoints and table rows on disk depend on it).
 
-/// Number of key groups: the most subtasks a keyed operator can ever be split into.
-pub const MAX_PARALLELISM: u16 = 256;
-
-pub type KeyGroup = u16;
+pub use crate::dataflow::routing::{KeyGroup, MAX_PARALLELISM, key_group_of, stable_hash};
 
 /// Length of the `table_id | key_group` prefix of every state key.
 pub const KEY_PREFIX_LEN: usize = 6;
-
-const FNV_OFFSET: u64 = 0xcbf2_9ce4_8422_2325;
-const FNV_PRIME: u64 = 0x0000_0100_0000_01b3;
-
-/// FNV-1a over the bytes, followed by a final avalanche step so that keys differing only
-/// in their last byte still spread over all key groups.
-pub fn stable_hash(bytes: &[u8]) -> u64 {
-    let mut h = FNV_OFFSET;
-    for b in bytes {
-        h ^= *b as u64;
-        h = h.wrapping_mul(FNV_PRIME);
-    }
-    // fmix64 from MurmurHash3.
-    h ^= h >> 33;
-    h = h.wrapping_mul(0xff51_afd7_ed55_8ccd);
-    h ^= h >> 33;
-    h = h.wrapping_mul(0xc4ce_b9fe_1a85_ec53);
-    h ^ (h >> 33)
-}
-
-/// The key group of an encoded (memcomparable) key.
-pub fn key_group_of(key: &[u8]) -> KeyGroup {
-    (stable_hash(key) % MAX_PARALLELISM as u64) as KeyGroup
-}
 
 /// Writes `table_id | key_group | key` into `out`.
 pub fn encode_state_key(table_id: u32, group: KeyGroup, key: &[u8], out: &mut Vec<u8>) {

@@ -15,8 +15,8 @@
 
 use super::keys::{KEY_PREFIX_LEN, encode_state_key, put_len_prefixed, take_len_prefixed};
 use super::store::StateStore;
+use crate::dataflow::{Op, StreamChunk};
 use crate::error::{EddyError, Result};
-use crate::stream::{Op, StreamChunk};
 use arrow::datatypes::SchemaRef;
 use arrow::row::RowConverter;
 use rocksdb::WriteBatch;
@@ -199,8 +199,8 @@ pub fn delete(store: &StateStore, table_id: u32) -> Result<()> {
 
 #[cfg(test)]
 mod tests {
+    use crate::dataflow::{Barrier, Message, Op};
     use crate::state::{OnConflict, StateStore, StateTable};
-    use crate::stream::{Barrier, Message, Op};
     use arrow::array::{Array, Decimal128Array, Int32Array, RecordBatch, StringArray};
     use arrow::datatypes::{DataType, Field, Schema};
     use std::sync::Arc;

@@ -6,17 +6,13 @@
 
 use super::graph::Exchange;
 use super::{Message, StreamChunk};
+pub use crate::dataflow::routing::{CHANNEL_CAPACITY, split, split_rows, subtask_of};
 use crate::error::Result;
-use crate::state::keys::{MAX_PARALLELISM, key_group_of};
-use arrow::array::{ArrayRef, UInt32Array};
-use arrow::compute::take_record_batch;
+use arrow::array::ArrayRef;
 use arrow::row::{RowConverter, SortField};
 use datafusion::physical_expr::PhysicalExpr;
 use std::sync::Arc;
 use tokio::sync::mpsc::Sender;
-
-/// Messages a channel between two tasks holds before its sender waits.
-pub const CHANNEL_CAPACITY: usize = 8;
 
 enum Route {
     /// One receiver (forward or single).
@@ -34,12 +30,6 @@ enum Route {
 pub struct Dispatcher {
     senders: Vec<Sender<Message>>,
     route: Route,
-}
-
-/// The subtask (of `parallelism`) that owns a key: key groups are split into contiguous
-/// ranges, one per subtask, so rescaling moves whole key groups.
-pub fn subtask_of(key: &[u8], parallelism: usize) -> usize {
-    key_group_of(key) as usize * parallelism / MAX_PARALLELISM as usize
 }
 
 impl Dispatcher {
@@ -121,45 +111,4 @@ impl Dispatcher {
         }
         true
     }
-}
-
-/// Splits a chunk by target subtask, keeping row order within each part.
-pub fn split(
-    chunk: StreamChunk,
-    targets: &[usize],
-    parts: usize,
-) -> Result<Vec<(usize, StreamChunk)>> {
-    if let Some(&first) = targets.first()
-        && targets.iter().all(|t| *t == first)
-    {
-        return Ok(vec![(first, chunk)]);
-    }
-    split_rows(&chunk, targets, parts)
-}
-
-/// The rows of a chunk for each target subtask, copied out (row order kept within each
-/// part); [`split`] hands a chunk whose rows all go to one subtask on whole.
-pub fn split_rows(
-    chunk: &StreamChunk,
-    targets: &[usize],
-    parts: usize,
-) -> Result<Vec<(usize, StreamChunk)>> {
-    let mut rows: Vec<Vec<u32>> = vec![Vec::new(); parts];
-    for (row, t) in targets.iter().enumerate() {
-        rows[*t].push(row as u32);
-    }
-    let mut out = Vec::new();
-    for (target, rows) in rows.into_iter().enumerate() {
-        if rows.is_empty() {
-            continue;
-        }
-        let ops = rows.iter().map(|r| chunk.ops[*r as usize]).collect();
-        let keys = chunk
-            .keys
-            .as_ref()
-            .map(|k| rows.iter().map(|r| k[*r as usize].clone()).collect());
-        let batch = take_record_batch(&chunk.batch, &UInt32Array::from(rows))?;
-        out.push((target, StreamChunk { ops, batch, keys }));
-    }
-    Ok(out)
 }

@@ -7,7 +7,6 @@
 //! where several inputs meet (`UNION ALL`).
 
 use super::operators::Operator;
-use crate::catalog::Relation;
 use crate::connectors::ConnectorSpec;
 use crate::error::Result;
 use arrow::datatypes::{DataType, SchemaRef};
@@ -58,12 +57,26 @@ impl Exchange {
     }
 }
 
+/// What the runtime knows of a source, table or view a fragment reads: the catalog's
+/// `Relation` stays with the planner and the session.
+#[derive(Clone, Debug)]
+pub struct InputRelation {
+    pub id: u32,
+    pub name: String,
+    /// What it is, as SQL names it (`table`, `materialized view`, `source`).
+    pub kind: &'static str,
+    /// A table, whose change stream carries its log position.
+    pub is_table: bool,
+    /// Its `WITH` options (a source's error policy and idle timeout).
+    pub options: std::collections::BTreeMap<String, String>,
+}
+
 /// Where a fragment's rows come from.
 #[derive(Clone)]
 pub enum FragmentInput {
     /// A connector; subtask i reads splits i, i + parallelism, ...
     Connector {
-        source: Relation,
+        source: InputRelation,
         spec: ConnectorSpec,
         /// Columns read, by index.
         projection: Option<Vec<usize>>,
@@ -72,7 +85,7 @@ pub enum FragmentInput {
     /// The change stream of a table or materialized view: its current rows first, then
     /// every change. Always one subtask.
     Changes {
-        relation: Relation,
+        relation: InputRelation,
         projection: Option<Vec<usize>>,
         watermark: Option<super::watermark::SourceWatermark>,
     },
@@ -169,11 +182,9 @@ impl StreamGraph {
                     spec.name(),
                     spec.split_count()
                 )),
-                FragmentInput::Changes { relation, .. } => inputs.push(format!(
-                    "Changes({} {})",
-                    relation.kind.sql_name(),
-                    relation.name
-                )),
+                FragmentInput::Changes { relation, .. } => {
+                    inputs.push(format!("Changes({} {})", relation.kind, relation.name))
+                }
                 FragmentInput::Upstream(edges) => {
                     for (from, exchange) in edges {
                         inputs.push(format!(

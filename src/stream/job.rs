@@ -11,7 +11,6 @@ use super::graph::{FragmentInput, StreamGraph, Terminal};
 use super::task::{DeadLetters, MergeInput, SourcePositions, Task, TaskInput, TaskOutput};
 use super::workers::Workers;
 use super::{Barrier, StreamChunk};
-use crate::catalog::{Relation, RelationKind};
 use crate::error::Result;
 use crate::state::operator_state::internal_table_id;
 use crate::state::{OperatorState, StateStore, StateTable};
@@ -341,7 +340,7 @@ impl JobRegistry {
         name: &str,
         graph: &StreamGraph,
         output: JobOutput,
-        table_of: &dyn Fn(&Relation) -> Result<Arc<StateTable>>,
+        table_of: &dyn Fn(&super::graph::InputRelation) -> Result<Arc<StateTable>>,
         state: &JobStateLocation,
     ) -> Result<Arc<JobInfo>> {
         let fragments = &graph.fragments;
@@ -460,7 +459,7 @@ impl JobRegistry {
             };
             let reads_table = matches!(
                 &fragment.input,
-                FragmentInput::Changes { relation, .. } if relation.kind == RelationKind::Table
+                FragmentInput::Changes { relation, .. } if relation.is_table
             );
             // Per subtask of a change stream: its part of the snapshot and its receivers
             // (a view is read by several subtasks, each owning a share of the stream keys).

@@ -7,12 +7,10 @@
 //! it together and tracks every job and task. See `docs/architecture.md`.
 
 pub mod barrier_align;
-pub mod chunk;
 pub mod dispatch;
 pub mod expression_errors;
 pub mod graph;
 pub mod job;
-pub mod message;
 pub mod operators;
 pub mod sink;
 pub mod task;
@@ -21,5 +19,7 @@ pub mod testing;
 pub mod watermark;
 pub mod workers;
 
+// The chunks and messages the runtime moves are the shared vocabulary of `dataflow`.
+pub use crate::dataflow::{chunk, message};
 pub use chunk::{Op, StreamChunk};
 pub use message::{Barrier, Message, Watermark};

@@ -5,7 +5,7 @@
 //! value in a column; a final barrier means the input has ended (a final watermark);
 //! a channel closed without one means its sender stopped or failed.
 
-use super::StreamChunk;
+use super::chunk::StreamChunk;
 use datafusion::common::ScalarValue;
 
 /// No row after this message has `column` below `value` (rows that would are late and
