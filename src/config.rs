@@ -120,6 +120,8 @@ pub struct S3Options {
     pub secret_access_key: Option<String>,
 }
 
+/// How often barriers (and checkpoints) are injected, by default.
+pub const DEFAULT_BARRIER_INTERVAL_MS: u64 = 1000;
 pub const DEFAULT_CHECKPOINTS_TO_KEEP: usize = 3;
 pub const DEFAULT_STATE_CACHE_MB: usize = 256;
 pub const DEFAULT_LISTEN: &str = "127.0.0.1:4566";
@@ -174,7 +176,7 @@ impl Config {
             barrier_interval_ms: cli
                 .barrier_interval_ms
                 .or(file.barrier_interval_ms)
-                .unwrap_or(crate::checkpoint::coordinator::DEFAULT_BARRIER_INTERVAL_MS)
+                .unwrap_or(DEFAULT_BARRIER_INTERVAL_MS)
                 .max(1),
             state_store: cli.state_store.or(file.state_store),
             s3: S3Options {
@@ -205,7 +207,7 @@ impl Config {
             data_dir: data_dir.to_path_buf(),
             workers: 2,
             slots_per_worker: DEFAULT_SLOTS_PER_WORKER,
-            barrier_interval_ms: crate::checkpoint::coordinator::DEFAULT_BARRIER_INTERVAL_MS,
+            barrier_interval_ms: DEFAULT_BARRIER_INTERVAL_MS,
             state_store: None,
             s3: S3Options::default(),
             checkpoints_to_keep: DEFAULT_CHECKPOINTS_TO_KEEP,

@@ -25,8 +25,6 @@ use std::sync::{Arc, Weak};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 use tokio::sync::mpsc::{UnboundedReceiver, UnboundedSender, unbounded_channel};
 
-/// The default time between two barriers.
-pub const DEFAULT_BARRIER_INTERVAL_MS: u64 = 1000;
 /// How many checkpoints `eddy_catalog.checkpoints` remembers.
 const HISTORY: usize = 20;
 
