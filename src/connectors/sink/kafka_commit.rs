@@ -375,6 +375,16 @@ async fn blocking<T: Send + 'static>(
         .map_err(|e| e.to_string())?
 }
 
+/// The partitions of `topic` the broker's metadata lists.
+fn partitions_of(metadata: &rdkafka::metadata::Metadata, topic: &str) -> Vec<i32> {
+    metadata
+        .topics()
+        .iter()
+        .filter(|t| t.name() == topic)
+        .flat_map(|t| t.partitions().iter().map(|p| p.id()))
+        .collect()
+}
+
 /// Every partition's end offset now.
 fn end_offsets(
     producer: &BaseProducer<DeliveryReport>,
@@ -384,12 +394,7 @@ fn end_offsets(
         .client()
         .fetch_metadata(Some(topic), BROKER_TIMEOUT)
         .map_err(|e| format!("cannot read topic '{topic}': {e}"))?;
-    let partitions: Vec<i32> = metadata
-        .topics()
-        .iter()
-        .filter(|t| t.name() == topic)
-        .flat_map(|t| t.partitions().iter().map(|p| p.id()))
-        .collect();
+    let partitions = partitions_of(&metadata, topic);
     if partitions.is_empty() {
         return Err(format!("topic '{topic}' does not exist"));
     }
@@ -435,12 +440,7 @@ fn sent_since(
     let metadata = consumer
         .fetch_metadata(Some(topic), BROKER_TIMEOUT)
         .map_err(|e| e.to_string())?;
-    let partitions: Vec<i32> = metadata
-        .topics()
-        .iter()
-        .filter(|t| t.name() == topic)
-        .flat_map(|t| t.partitions().iter().map(|p| p.id()))
-        .collect();
+    let partitions = partitions_of(&metadata, topic);
     // Each partition's reported end: the read goes at least that far.
     let mut behind: HashMap<i32, i64> = HashMap::new();
     let mut assignment = TopicPartitionList::new();
