@@ -51,9 +51,11 @@ const SEQUENCE_HEADER: &str = "eddy-seq";
 /// How long the broker may take to answer a lookup or acknowledge a part.
 const BROKER_TIMEOUT: Duration = Duration::from_secs(30);
 /// How long reading back an interrupted part may take, and how long the topic must stay
-/// quiet before the read-back ends.
+/// quiet before the read-back ends: after its last message, or from the start when none
+/// comes at all (the consumer may take a while to connect and fetch).
 const READ_BACK_TIMEOUT: Duration = Duration::from_secs(120);
 const QUIET: Duration = Duration::from_secs(1);
+const QUIET_BEFORE_ANY: Duration = Duration::from_secs(5);
 
 /// Whether the sink's options ask for exactly-once delivery (`at_least_once`, the
 /// default, otherwise); other values are errors.
@@ -421,7 +423,8 @@ fn header_text<'a>(message: &'a impl Message, key: &str) -> Option<&'a str> {
 /// before the part was first sent (partitions added since are read from their start).
 ///
 /// The read ends once all `count` messages of the part are found, or once nothing new has
-/// come for [`QUIET`] after every partition's reported end: a broker's reported end
+/// come for [`QUIET`] (or [`QUIET_BEFORE_ANY`] when nothing came) after every
+/// partition's reported end: a broker's reported end
 /// offsets are not trusted alone (tansu's can lag behind its last batch), and the part's
 /// only writer is gone, so a quiet topic holds all it ever wrote.
 fn sent_since(
@@ -463,9 +466,14 @@ fn sent_since(
         part.subtask.to_string(),
     );
     let mut sent = HashSet::new();
-    let deadline = Instant::now() + READ_BACK_TIMEOUT;
-    let mut last_seen = Instant::now();
-    while sent.len() < count && !(behind.is_empty() && last_seen.elapsed() >= QUIET) {
+    let started = Instant::now();
+    let deadline = started + READ_BACK_TIMEOUT;
+    let mut last_seen: Option<Instant> = None;
+    let quiet = |last_seen: Option<Instant>| match last_seen {
+        Some(at) => at.elapsed() >= QUIET,
+        None => started.elapsed() >= QUIET_BEFORE_ANY,
+    };
+    while sent.len() < count && !(behind.is_empty() && quiet(last_seen)) {
         if Instant::now() > deadline {
             return Err(format!(
                 "{topic} could not be read back within {READ_BACK_TIMEOUT:?}"
@@ -475,7 +483,7 @@ fn sent_since(
             continue;
         };
         let message = polled.map_err(|e| e.to_string())?;
-        last_seen = Instant::now();
+        last_seen = Some(Instant::now());
         if header_text(&message, SINK_HEADER) == Some(sink.as_str())
             && header_text(&message, EPOCH_HEADER) == Some(epoch.as_str())
             && header_text(&message, SUBTASK_HEADER) == Some(subtask.as_str())
