@@ -16,6 +16,7 @@ mod comments;
 mod copy;
 mod corresponding;
 mod date_function;
+mod date_trunc_by_row;
 mod ddl;
 mod dml_subqueries;
 pub mod drop;
@@ -203,6 +204,7 @@ impl Engine {
             .build(),
         );
         ctx.add_analyzer_rule(Arc::new(numeric_division::NumericDivision));
+        ctx.add_analyzer_rule(Arc::new(date_trunc_by_row::DateTruncByRow));
         ctx.add_analyzer_rule(Arc::new(time_literals::TimeLiterals));
         ctx.add_analyzer_rule(Arc::new(struct_casts::StructCasts));
         ctx.add_analyzer_rule(Arc::new(rounding_casts::RoundingCasts::new(
