@@ -517,7 +517,7 @@ impl Session {
         let mut out = Vec::with_capacity(pieces.len());
         for piece in pieces {
             let results = match crate::sql::parse_eddy_statement(&piece) {
-                Some(Ok(stmt)) => vec![self.execute_eddy_statement(stmt).await],
+                Some(Ok(stmt)) => vec![guarded(self.execute_eddy_statement(stmt)).await],
                 Some(Err(e)) => vec![Err(e)],
                 None => self.execute_parsed(&piece).await,
             };
@@ -541,7 +541,7 @@ impl Session {
         };
         let mut out = Vec::with_capacity(statements.len());
         for stmt in statements {
-            let result = self.execute_statement(stmt).await;
+            let result = guarded(self.execute_statement(stmt)).await;
             let failed = result.is_err();
             out.push(result);
             if failed {
@@ -554,7 +554,7 @@ impl Session {
     /// Parses and plans one statement for the extended protocol (a failure aborts an
     /// open transaction, as in PostgreSQL).
     pub async fn prepare(&self, sql: &str) -> Result<Prepared> {
-        let prepared = self.prepare_statement(sql).await;
+        let prepared = guarded(self.prepare_statement(sql)).await;
         if prepared.is_err() {
             self.statement_failed();
         }
@@ -658,7 +658,7 @@ impl Session {
         prepared: &Prepared,
         params: Vec<ScalarValue>,
     ) -> Result<Outcome> {
-        let result = self.execute_prepared_statement(prepared, params).await;
+        let result = guarded(self.execute_prepared_statement(prepared, params)).await;
         if result.is_err() {
             self.statement_failed();
         }
@@ -1085,4 +1085,44 @@ pub(crate) fn text_rows(column: &str, values: Vec<String>) -> Result<Outcome> {
         schema,
         batches: vec![batch],
     })
+}
+
+/// Runs a statement, turning a panic inside it (a bug in Eddy or in a library it calls)
+/// into an error for that statement (SQLSTATE XX000) instead of closing the client's
+/// connection: the session, and every other one, goes on.
+async fn guarded<T>(statement: impl std::future::Future<Output = Result<T>>) -> Result<T> {
+    use futures::FutureExt;
+    match std::panic::AssertUnwindSafe(statement).catch_unwind().await {
+        Ok(result) => result,
+        Err(panic) => {
+            let message = panic
+                .downcast_ref::<String>()
+                .cloned()
+                .or_else(|| panic.downcast_ref::<&str>().map(|s| s.to_string()))
+                .unwrap_or_else(|| "unknown cause".to_string());
+            Err(EddyError::internal(format!(
+                "internal error while running the statement: {message}"
+            )))
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test]
+    async fn a_panicking_statement_is_an_internal_error() {
+        let failed = guarded(async {
+            if true {
+                panic!("a bug");
+            }
+            Ok(())
+        })
+        .await
+        .unwrap_err();
+        assert_eq!(failed.code, sqlstate::INTERNAL_ERROR, "{failed}");
+        assert!(failed.to_string().contains("a bug"), "{failed}");
+        assert_eq!(guarded(async { Ok(7) }).await.unwrap(), 7);
+    }
 }
