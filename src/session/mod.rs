@@ -1092,7 +1092,12 @@ pub(crate) fn text_rows(column: &str, values: Vec<String>) -> Result<Outcome> {
 /// connection: the session, and every other one, goes on.
 async fn guarded<T>(statement: impl std::future::Future<Output = Result<T>>) -> Result<T> {
     use futures::FutureExt;
-    match std::panic::AssertUnwindSafe(statement).catch_unwind().await {
+    // Boxed: a statement's future is large, and moving it by value into the wrapper
+    // would put it on the worker's stack.
+    match std::panic::AssertUnwindSafe(Box::pin(statement))
+        .catch_unwind()
+        .await
+    {
         Ok(result) => result,
         Err(panic) => {
             let message = panic
