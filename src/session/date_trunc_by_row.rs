@@ -26,10 +26,7 @@ pub struct DateTruncByRow;
 impl AnalyzerRule for DateTruncByRow {
     fn analyze(&self, plan: LogicalPlan, _config: &ConfigOptions) -> Result<LogicalPlan> {
         plan.transform_up_with_subqueries(|node| {
-            let mut schema = DFSchema::empty();
-            for input in node.inputs() {
-                schema.merge(input.schema());
-            }
+            let schema = super::numeric_division::merged_input_schema(&node);
             node.map_expressions(|e| e.transform_up(|e| by_row(e, &schema)))
         })
         .map(|t| t.data)

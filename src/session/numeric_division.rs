@@ -46,7 +46,7 @@ impl AnalyzerRule for NumericDivision {
 }
 
 /// The schema a node's expressions are evaluated against: its inputs' columns.
-fn merged_input_schema(node: &LogicalPlan) -> DFSchema {
+pub(super) fn merged_input_schema(node: &LogicalPlan) -> DFSchema {
     let mut schema = DFSchema::empty();
     for input in node.inputs() {
         schema.merge(input.schema());
