@@ -46,9 +46,10 @@ pub(crate) fn normalize(array: &ArrayRef) -> Result<ArrayRef> {
         DataType::Time32(_) | DataType::Time64(TimeUnit::Nanosecond) => {
             Some(DataType::Time64(TimeUnit::Microsecond))
         }
-        DataType::Interval(IntervalUnit::YearMonth | IntervalUnit::DayTime) => {
-            Some(DataType::Interval(IntervalUnit::MonthDayNano))
-        }
+        // A `Duration` (a difference of timestamps the planner did not already make an
+        // interval) is shown as the interval of the same length.
+        DataType::Interval(IntervalUnit::YearMonth | IntervalUnit::DayTime)
+        | DataType::Duration(_) => Some(DataType::Interval(IntervalUnit::MonthDayNano)),
         DataType::Float16 => Some(DataType::Float32),
         DataType::Decimal32(p, s) | DataType::Decimal64(p, s) => Some(DataType::Decimal128(*p, *s)),
         DataType::Decimal256(p, s) if *p <= 38 => Some(DataType::Decimal128(*p, *s)),

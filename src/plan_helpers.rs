@@ -26,6 +26,26 @@ pub fn rewrite_expressions(
     })
 }
 
+/// As [`rewrite_expressions`], visiting each expression before its children, so a rewrite
+/// can stop the descent into what it made (`TreeNodeRecursion::Jump`).
+pub fn rewrite_expressions_top_down(
+    plan: LogicalPlan,
+    rewrite: impl Fn(Expr, &DFSchema) -> Result<Transformed<Expr>>,
+) -> Result<Transformed<LogicalPlan>> {
+    plan.transform_up_with_subqueries(|node| {
+        let mut schema = DFSchema::empty();
+        for input in node.inputs() {
+            schema.merge(input.schema());
+        }
+        let names = NamePreserver::new(&node);
+        node.map_expressions(|e| {
+            let name = names.save(&e);
+            Ok(e.transform_down(|e| rewrite(e, &schema))?
+                .update_data(|e| name.restore(e)))
+        })
+    })
+}
+
 /// The memcomparable encoding of an aggregate call's `ORDER BY` keys (`None` without
 /// one): accumulators that keep their rows sort them by it.
 pub fn ordering_codec(args: &AccumulatorArgs) -> Result<Option<arrow::row::RowConverter>> {

@@ -52,7 +52,9 @@ fn pg_type_of(dt: &DataType) -> Type {
         DataType::Time32(_) | DataType::Time64(_) => Type::TIME,
         DataType::Timestamp(_, None) => Type::TIMESTAMP,
         DataType::Timestamp(_, Some(_)) => Type::TIMESTAMPTZ,
-        DataType::Interval(_) => Type::INTERVAL,
+        // A statement is described before the planner makes timestamp differences
+        // intervals (`session::timestamp_difference`): the same type either way.
+        DataType::Interval(_) | DataType::Duration(_) => Type::INTERVAL,
         DataType::Dictionary(_, v) => pg_type_of(v),
         DataType::List(f) | DataType::LargeList(f) | DataType::FixedSizeList(f, _) => {
             match pg_type_of(f.data_type()) {

@@ -11,6 +11,16 @@ use std::sync::Arc;
 const NANOS_PER_DAY: i64 = 86_400_000_000_000;
 const DAYS_PER_MONTH: i32 = 30;
 
+/// `justify_hours`, for rules that call it.
+pub fn justify_hours_udf() -> Arc<ScalarUDF> {
+    Arc::new(
+        udfs()
+            .into_iter()
+            .find(|f| f.name() == "justify_hours")
+            .expect("justify_hours is one of the justify functions"),
+    )
+}
+
 pub fn udfs() -> Vec<ScalarUDF> {
     [
         (

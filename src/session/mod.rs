@@ -55,6 +55,7 @@ mod struct_casts;
 mod struct_star;
 mod system_params;
 mod time_literals;
+mod timestamp_difference;
 mod to_char;
 mod to_timestamp;
 mod token_rewrites;
@@ -193,6 +194,7 @@ impl Engine {
         let mut analyzer_rules: Vec<Arc<dyn datafusion::optimizer::AnalyzerRule + Send + Sync>> = vec![
             Arc::new(crate::planner::window_tvf::ExpandWindows),
             Arc::new(round_places::RoundPlaces),
+            Arc::new(timestamp_difference::TimestampDifference),
         ];
         analyzer_rules.extend(default_state.analyzer().rules.iter().cloned());
         let ctx = SessionContext::new_with_state(

@@ -10,12 +10,14 @@
 //! - [`generated_columns`]: `v2 int AS (v1 + 1)`, RisingWave's generated column.
 //! - `* EXCEPT (a, b)`, every column but those: [`crate::sql::star_except`].
 //! - [`trim_spaces`]: `trim(BOTH FROM s)` and the like, without the characters to trim.
+//! - [`trailing_comma`]: `CREATE TABLE t (a int, b int,)`, a comma after the last column.
 
 mod corresponding;
 mod create_table_as_names;
 mod generated_columns;
 mod struct_star;
 mod temporal;
+mod trailing_comma;
 mod trim_spaces;
 mod windows;
 
@@ -52,6 +54,9 @@ pub fn rewrite(sql: &str) -> Result<Option<String>> {
     }
     if upper.contains("TRIM") {
         rewrites.push(trim_spaces::trim_without_characters);
+    }
+    if upper.contains("CREATE") && upper.contains(",") {
+        rewrites.push(trailing_comma::column_list_trailing_comma);
     }
     if upper.contains("CREATE") && upper.contains("TABLE") && upper.contains("AS") {
         rewrites.push(create_table_as_names::names_only_column_list);
