@@ -7,6 +7,7 @@ pub mod config;
 pub mod connectors;
 pub mod dataflow;
 pub mod error;
+pub mod interval_math;
 pub mod jsonb;
 mod layering;
 pub mod pg_text;

@@ -19,9 +19,6 @@ use std::ops::ControlFlow;
 
 pub const INTERVAL_MUL: &str = "eddy_interval_mul";
 
-const NANOS_PER_DAY: f64 = 86_400e9;
-const NANOS_PER_MICRO: f64 = 1e3;
-
 /// Rewrites interval arithmetic in parsed SQL (see the module doc).
 pub struct IntervalArithmetic;
 
@@ -113,13 +110,12 @@ pub fn udf() -> ScalarUDF {
 
 /// PostgreSQL's interval times a factor.
 pub fn scale(v: IntervalMonthDayNano, factor: f64) -> IntervalMonthDayNano {
-    let months = v.months as f64 * factor;
-    let whole_months = months.trunc();
-    let days = v.days as f64 * factor + (months - whole_months) * 30.0;
-    let whole_days = days.trunc();
-    let nanos = v.nanoseconds as f64 * factor + (days - whole_days) * NANOS_PER_DAY;
-    let nanos = (nanos / NANOS_PER_MICRO).round() * NANOS_PER_MICRO;
-    IntervalMonthDayNano::new(whole_months as i32, whole_days as i32, nanos as i64)
+    crate::interval_math::scale_parts(
+        f64::from(v.months),
+        f64::from(v.days),
+        v.nanoseconds as f64,
+        factor,
+    )
 }
 
 impl ScalarUDFImpl for IntervalMul {

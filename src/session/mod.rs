@@ -29,6 +29,7 @@ mod hidden_columns;
 mod indexes;
 mod integral_decimal;
 mod interval_arithmetic;
+mod interval_avg;
 pub mod jobs;
 mod justify_functions;
 pub mod kafka_tables;
@@ -235,6 +236,7 @@ impl Engine {
         }
         crate::jsonb::register(&ctx)?;
         float_extremes::register(&ctx);
+        interval_avg::register(&ctx);
 
         let checkpoints = Arc::new(crate::checkpoint::Coordinator::new(
             jobs.clone(),

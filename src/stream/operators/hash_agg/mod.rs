@@ -163,7 +163,9 @@ fn sum_state(call: &AggCall) -> Result<AggState> {
                 "sum/avg of numeric with more than 38 digits is not supported in a materialized view",
             ));
         }
-        (AggKind::Sum, DataType::Interval(_)) => AggState::IntervalSum(vec![], vec![]),
+        (AggKind::Sum | AggKind::Avg, DataType::Interval(_)) => {
+            AggState::IntervalSum(vec![], vec![])
+        }
         (AggKind::Sum, _) if exact::is_exact(arg) && !call.output_type.is_floating() => {
             AggState::IntSum(vec![], vec![])
         }
@@ -735,6 +737,13 @@ impl HashAgg {
                         .collect(),
                     field.data_type(),
                 )?,
+                AggState::IntervalSum(s, n) if call.kind == AggKind::Avg => {
+                    Arc::new(arrow::array::IntervalMonthDayNanoArray::from_iter(
+                        groups.iter().map(|g| {
+                            (n[*g] > 0).then(|| crate::interval_math::average(s[*g], n[*g]))
+                        }),
+                    ))
+                }
                 AggState::IntervalSum(s, n) => exact::interval_array(
                     groups
                         .iter()
