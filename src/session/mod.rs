@@ -33,6 +33,7 @@ mod interval_avg;
 pub mod jobs;
 mod justify_functions;
 pub mod kafka_tables;
+mod lateral_aggregates;
 pub mod materialized_views;
 mod numeric_division;
 mod pg_semantics;

@@ -208,6 +208,7 @@ pub fn rewrite(statement: &mut Statement) {
     let _ = statement.visit(&mut StructFieldAccess);
     let _ = statement.visit(&mut super::interval_arithmetic::IntervalArithmetic);
     let _ = statement.visit(&mut super::exists_in_select::ExistsInSelect);
+    let _ = statement.visit(&mut super::lateral_aggregates::LateralAggregates);
     match statement {
         Statement::Query(query) => alias_duplicate_columns(&mut query.body),
         Statement::Insert(insert) => {
