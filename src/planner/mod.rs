@@ -41,6 +41,7 @@ use datafusion::logical_expr::{Expr, ExprSchemable, LogicalPlan};
 use datafusion::physical_expr::{PhysicalExpr, create_physical_expr};
 use std::sync::Arc;
 
+pub mod changelog;
 mod grouping_sets;
 mod not_in;
 mod over_window;
@@ -74,6 +75,9 @@ enum Node {
         input: Box<Node>,
         /// Output columns that carry a watermark.
         watermarks: Vec<usize>,
+        /// The operator turns every change into an inserted row without a key (a
+        /// changelog): its output is append-only whatever its input.
+        appends_only: bool,
     },
     /// A stateful operator keeping its state by key (an aggregate by its group, a
     /// top-N by its partition) behind a hash exchange on that key.
@@ -141,7 +145,11 @@ impl Node {
                 append_only_output, ..
             } => !append_only_output,
             Node::StreamKeyed { .. } => true,
-            Node::Op { input, .. } => input.keyed(),
+            Node::Op {
+                input,
+                appends_only,
+                ..
+            } => !appends_only && input.keyed(),
             Node::Union { inputs, .. } => inputs.iter().any(Node::keyed),
             Node::Join { keyed, .. } => *keyed,
         }
@@ -322,7 +330,40 @@ fn stateless(
         spec: OperatorSpec { describe, build },
         input: Box::new(input),
         watermarks,
+        appends_only: false,
     }
+}
+
+/// The rows of a relation a view reads: a source's from its connector, a table's or
+/// materialized view's from its changes.
+fn relation_input(
+    rel: Relation,
+    projection: Option<Vec<usize>>,
+    watermark: Option<SourceWatermark>,
+) -> Result<Node> {
+    Ok(match rel.kind {
+        RelationKind::Source => {
+            let spec = ConnectorSpec::from_options(&rel.arrow_schema(), &rel.options)?;
+            Node::Connector {
+                source: rel,
+                spec,
+                projection,
+                watermark,
+            }
+        }
+        RelationKind::Table | RelationKind::MaterializedView => Node::Changes {
+            relation: rel,
+            projection,
+            watermark,
+        },
+        _ => {
+            return Err(EddyError::not_supported(format!(
+                "a materialized view over {} \"{}\" is not supported",
+                rel.kind.sql_name(),
+                rel.name
+            )));
+        }
+    })
 }
 
 /// A projection of `exprs` (planned as `physical`) over `input`.
@@ -649,11 +690,19 @@ fn fragment_of(node: Node, fragments: &mut Vec<Fragment>, parallelism: usize) ->
             });
             fragments.len() - 1
         }
-        Node::Op { spec, input, .. } => {
+        Node::Op {
+            spec,
+            input,
+            appends_only,
+            ..
+        } => {
             // Chained onto whatever computes its input: filtering and projecting before
             // rows move between subtasks costs nothing and moves fewer rows.
             let f = fragment_of(*input, fragments, parallelism);
             fragments[f].chain.push(spec);
+            if appends_only {
+                fragments[f].keyed = false;
+            }
             f
         }
         Node::Keyed {
@@ -786,6 +835,10 @@ fn input_relation(rel: &Relation) -> crate::stream::graph::InputRelation {
 fn visit(plan: &LogicalPlan, ctx: &PlanContext) -> Result<Partial> {
     let plain = |node| Ok(Partial::Node(node));
     match plan {
+        LogicalPlan::TableScan(scan) if changelog::of_scan(scan).is_some() => {
+            let table = changelog::of_scan(scan).expect("matched");
+            changelog::lower(scan, &table, ctx)
+        }
         LogicalPlan::TableScan(scan) => {
             let name = scan.table_name.table();
             let rel = ctx
@@ -796,32 +849,8 @@ fn visit(plan: &LogicalPlan, ctx: &PlanContext) -> Result<Partial> {
                 return Err(unsupported("LIMIT"));
             }
             let projection = scan.projection.clone();
-            let mut node = match rel.kind {
-                RelationKind::Source => {
-                    let spec = ConnectorSpec::from_options(&rel.arrow_schema(), &rel.options)?;
-                    let watermark = source_watermark(&rel, &projection, ctx)?;
-                    Node::Connector {
-                        source: rel,
-                        spec,
-                        projection,
-                        watermark,
-                    }
-                }
-                RelationKind::Table | RelationKind::MaterializedView => {
-                    let watermark = source_watermark(&rel, &projection, ctx)?;
-                    Node::Changes {
-                        relation: rel,
-                        projection,
-                        watermark,
-                    }
-                }
-                _ => {
-                    return Err(EddyError::not_supported(format!(
-                        "a materialized view over {} \"{name}\" is not supported",
-                        rel.kind.sql_name()
-                    )));
-                }
-            };
+            let watermark = source_watermark(&rel, &projection, ctx)?;
+            let mut node = relation_input(rel, projection, watermark)?;
             for f in &scan.filters {
                 node = filter_node(physical(f, &scan.projected_schema)?, node);
             }

@@ -9,6 +9,7 @@
 
 mod age_function;
 pub mod cdc;
+mod changelog_function;
 mod client_queries;
 mod column_names;
 mod column_values;
@@ -238,6 +239,7 @@ impl Engine {
         crate::jsonb::register(&ctx)?;
         float_extremes::register(&ctx);
         interval_avg::register(&ctx);
+        changelog_function::register(&ctx, catalog.clone());
 
         let checkpoints = Arc::new(crate::checkpoint::Coordinator::new(
             jobs.clone(),

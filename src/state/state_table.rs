@@ -331,25 +331,27 @@ impl StateTable {
                     .collect()
             }
         };
-        let changes = deletes.map(|deletes| {
-            let inserts = StreamChunk {
-                ops: vec![Op::Insert; batch.num_rows()],
-                batch: batch.clone(),
-                keys: Some(new_keys),
-            };
-            (deletes, inserts)
-        });
+        let changes = deletes
+            .map(|deletes| {
+                let inserts = StreamChunk {
+                    ops: vec![Op::Insert; batch.num_rows()],
+                    batch: batch.clone(),
+                    keys: Some(new_keys),
+                };
+                update_pairs(deletes, inserts)
+            })
+            .transpose()?;
         let entry = match &changes {
-            Some((deletes, inserts)) => {
-                log.log_changes(&mut wb, &[deletes, inserts], &self.value_codec)?
+            Some(chunks) => {
+                let chunks: Vec<&StreamChunk> = chunks.iter().collect();
+                log.log_changes(&mut wb, &chunks, &self.value_codec)?
             }
             None => None,
         };
         self.store.write(wb)?;
         log.logged(entry);
-        if let Some((deletes, inserts)) = changes {
-            log.publish_chunk(0, deletes);
-            log.publish_chunk(0, inserts);
+        for chunk in changes.into_iter().flatten() {
+            log.publish_chunk(0, chunk);
         }
         Ok(old_keys.len())
     }
@@ -565,4 +567,35 @@ impl StateTable {
 fn take_rows(batch: &RecordBatch, rows: &[u32]) -> Result<RecordBatch> {
     let indices = arrow::array::UInt32Array::from(rows.to_vec());
     Ok(arrow::compute::take_record_batch(batch, &indices)?)
+}
+
+/// An update's changes: each old row as an `UpdateDelete` directly followed by its new
+/// version as an `UpdateInsert` (what a changelog shows as ops 4 and 3, and what lets
+/// operators see one change instead of two), when every old row was found; otherwise the
+/// deletes, then the inserts.
+fn update_pairs(deletes: StreamChunk, inserts: StreamChunk) -> Result<Vec<StreamChunk>> {
+    let rows = inserts.num_rows();
+    let (Some(old_keys), Some(new_keys)) = (&deletes.keys, &inserts.keys) else {
+        return Ok(vec![deletes, inserts]);
+    };
+    if deletes.num_rows() != rows {
+        return Ok(vec![deletes, inserts]);
+    }
+    let both =
+        arrow::compute::concat_batches(&deletes.batch.schema(), [&deletes.batch, &inserts.batch])?;
+    let order = arrow::array::UInt32Array::from_iter_values(
+        (0..rows as u32).flat_map(|row| [row, rows as u32 + row]),
+    );
+    let batch = take_rows(&both, order.values())?;
+    let keys = (0..rows)
+        .flat_map(|row| [old_keys[row].clone(), new_keys[row].clone()])
+        .collect();
+    let ops = (0..rows)
+        .flat_map(|_| [Op::UpdateDelete, Op::UpdateInsert])
+        .collect();
+    Ok(vec![StreamChunk {
+        ops,
+        batch,
+        keys: Some(keys),
+    }])
 }

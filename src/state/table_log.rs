@@ -363,8 +363,12 @@ mod tests {
             .subscribe(|last| t.logged_changes_after(0, last.unwrap()))
             .unwrap();
         let ops: Vec<Op> = chunks.iter().flat_map(|c| c.ops.clone()).collect();
-        assert_eq!(ops, vec![Op::Insert, Op::Insert, Op::Delete, Op::Insert]);
-        // The replaced row keeps its hidden id: its delete and insert share the key.
+        // An update is a pair: the old row, then its new version.
+        assert_eq!(
+            ops,
+            vec![Op::Insert, Op::Insert, Op::UpdateDelete, Op::UpdateInsert]
+        );
+        // The replaced row keeps its hidden id: its old and new versions share the key.
         let keys: Vec<Vec<u8>> = chunks
             .iter()
             .flat_map(|c| c.keys.clone().unwrap())

@@ -10,8 +10,10 @@
 //! - [`generated_columns`]: `v2 int AS (v1 + 1)`, RisingWave's generated column.
 //! - `* EXCEPT (a, b)`, every column but those: [`crate::sql::star_except`].
 //! - [`trim_spaces`]: `trim(BOTH FROM s)` and the like, without the characters to trim.
+//! - [`changelog`]: `WITH sub AS changelog FROM t`, the changes of `t` as rows.
 //! - [`trailing_comma`]: `CREATE TABLE t (a int, b int,)`, a comma after the last column.
 
+mod changelog;
 mod corresponding;
 mod create_table_as_names;
 mod generated_columns;
@@ -54,6 +56,9 @@ pub fn rewrite(sql: &str) -> Result<Option<String>> {
     }
     if upper.contains("TRIM") {
         rewrites.push(trim_spaces::trim_without_characters);
+    }
+    if upper.contains("CHANGELOG") {
+        rewrites.push(changelog::changelog_cte);
     }
     if upper.contains("CREATE") && upper.contains(",") {
         rewrites.push(trailing_comma::column_list_trailing_comma);

@@ -1,6 +1,7 @@
 //! Stream operators. Each turns an input chunk into zero or more output chunks, working
 //! on whole batches; a chain of them is called synchronously inside one task.
 
+pub mod changelog;
 pub mod drop_keys;
 pub mod eowc_sort;
 pub mod expand;
