@@ -249,6 +249,11 @@ struct Scenario {
 
 const KILLS: usize = 5;
 
+/// Per row of `t`, the count and sum of the rows with the three keys below it: a LATERAL
+/// aggregate correlated by a range, kept by a view through the kills.
+const T_LATERAL: &str = "SELECT a.k, b.n, b.s FROM t a LEFT JOIN LATERAL \
+     (SELECT count(*) AS n, sum(c.v) AS s FROM t c WHERE c.k < a.k AND c.k >= a.k - 3) AS b ON TRUE";
+
 async fn kill_loop(scenario: Scenario) {
     let temp = tempfile::tempdir().unwrap();
     let data_dir = temp.path().join("data");
@@ -262,7 +267,9 @@ async fn kill_loop(scenario: Scenario) {
             "SET streaming_parallelism = 2; {BIDS}; {ROWS};
              CREATE TABLE t (k INT PRIMARY KEY, v INT);
              INSERT INTO t VALUES (1000, 1), (1001, 2);
-             CREATE MATERIALIZED VIEW t_summary AS SELECT k % 3 AS g, count(*) AS n, sum(v) AS total FROM t GROUP BY k % 3;"
+             CREATE MATERIALIZED VIEW t_summary AS SELECT k % 3 AS g, count(*) AS n, sum(v) AS total FROM t GROUP BY k % 3;
+             CREATE MATERIALIZED VIEW t_changes AS WITH c AS changelog FROM t SELECT k, v, changelog_op FROM c;
+             CREATE MATERIALIZED VIEW t_lateral AS {T_LATERAL};"
         ))
         .await
         .unwrap();
@@ -310,6 +317,31 @@ async fn kill_loop(scenario: Scenario) {
             "SELECT k % 3 AS g, count(*) AS n, sum(v) AS total FROM t GROUP BY k % 3"
         )
         .await
+    );
+
+    // A LATERAL aggregate over the table matches the same query run in batch.
+    assert_eq!(
+        view_rows(&client, "SELECT * FROM t_lateral ORDER BY k").await,
+        view_rows(&client, &format!("{T_LATERAL} ORDER BY k")).await
+    );
+    // The table's changelog holds each inserted row exactly once: none lost, none
+    // replayed twice by the restarts.
+    assert_eq!(
+        view_rows(
+            &client,
+            "SELECT k, v FROM t_changes WHERE changelog_op = 1 ORDER BY k"
+        )
+        .await,
+        view_rows(&client, "SELECT k, v FROM t ORDER BY k").await,
+        "one changelog row per inserted row"
+    );
+    assert_eq!(
+        view_rows(
+            &client,
+            "SELECT count(*) FROM t_changes WHERE changelog_op <> 1"
+        )
+        .await,
+        vec![vec!["0".to_string()]]
     );
 
     // Checkpoints are listed, the last committed one marked.
