@@ -12,18 +12,7 @@ pub fn rewrite_expressions(
     plan: LogicalPlan,
     rewrite: impl Fn(Expr, &DFSchema) -> Result<Transformed<Expr>>,
 ) -> Result<Transformed<LogicalPlan>> {
-    plan.transform_up_with_subqueries(|node| {
-        let mut schema = DFSchema::empty();
-        for input in node.inputs() {
-            schema.merge(input.schema());
-        }
-        let names = NamePreserver::new(&node);
-        node.map_expressions(|e| {
-            let name = names.save(&e);
-            Ok(e.transform_up(|e| rewrite(e, &schema))?
-                .update_data(|e| name.restore(e)))
-        })
-    })
+    rewrite_each_expression(plan, |e, schema| e.transform_up(|e| rewrite(e, schema)))
 }
 
 /// As [`rewrite_expressions`], visiting each expression before its children, so a rewrite
@@ -31,6 +20,15 @@ pub fn rewrite_expressions(
 pub fn rewrite_expressions_top_down(
     plan: LogicalPlan,
     rewrite: impl Fn(Expr, &DFSchema) -> Result<Transformed<Expr>>,
+) -> Result<Transformed<LogicalPlan>> {
+    rewrite_each_expression(plan, |e, schema| e.transform_down(|e| rewrite(e, schema)))
+}
+
+/// Applies `apply` to each whole expression of every node, with the node's input schema,
+/// restoring the expression's output name.
+fn rewrite_each_expression(
+    plan: LogicalPlan,
+    apply: impl Fn(Expr, &DFSchema) -> Result<Transformed<Expr>>,
 ) -> Result<Transformed<LogicalPlan>> {
     plan.transform_up_with_subqueries(|node| {
         let mut schema = DFSchema::empty();
@@ -40,8 +38,7 @@ pub fn rewrite_expressions_top_down(
         let names = NamePreserver::new(&node);
         node.map_expressions(|e| {
             let name = names.save(&e);
-            Ok(e.transform_down(|e| rewrite(e, &schema))?
-                .update_data(|e| name.restore(e)))
+            Ok(apply(e, &schema)?.update_data(|e| name.restore(e)))
         })
     })
 }
