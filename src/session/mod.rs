@@ -49,6 +49,7 @@ mod session_windows;
 pub mod set_operations;
 mod show;
 mod similar_to;
+mod sink_into_table;
 mod sinks;
 mod sources;
 mod sql_prepare;
@@ -466,7 +467,7 @@ impl Session {
     async fn implicit_flush(&self) -> Result<()> {
         let on = vars::bool_setting("RW_IMPLICIT_FLUSH", &self.var("RW_IMPLICIT_FLUSH")?)?;
         if on && self.open_transaction().is_none() {
-            self.engine.checkpoints.flush().await;
+            sink_into_table::flush(&self.engine).await;
         }
         Ok(())
     }
@@ -757,7 +758,7 @@ impl Session {
             }
             EddyStatement::AlterRename(alter) => rename::execute(self, alter).await,
             EddyStatement::Flush => {
-                self.engine.checkpoints.flush().await;
+                sink_into_table::flush(&self.engine).await;
                 Ok(Outcome::Command("FLUSH".into()))
             }
         }

@@ -30,10 +30,21 @@ pub(super) async fn create(session: &Session, sink: CreateSink) -> Result<Outcom
     let parallelism = session.streaming_parallelism()?;
     let (plan, graph) =
         super::materialized_views::plan_graph(engine, &query, parallelism, false).await?;
+    let mut depends_on = super::materialized_views::dependencies(engine, &query, &plan)?;
+    let options = match &sink.into {
+        Some(target) => {
+            let (table, options) =
+                super::sink_into_table::prepare(engine, target, &sink.options, &graph)?;
+            // The target cannot be dropped while the sink writes into it.
+            depends_on.push(table.id);
+            options
+        }
+        None => sink.options.clone(),
+    };
     let mut rel = Relation {
         definition: query.clone(),
-        depends_on: super::materialized_views::dependencies(engine, &query, &plan)?,
-        options: sink.options.clone(),
+        depends_on,
+        options,
         parallelism: session.chosen_streaming_parallelism()?,
         state_layout: graph.state_layout()?,
         ..Relation::new(sink.name.clone(), RelationKind::Sink)
@@ -66,6 +77,9 @@ pub(super) async fn job_output(
     resumed_at: Option<u64>,
 ) -> Result<JobOutput> {
     let check_target = resumed_at.is_none();
+    if super::sink_into_table::is_into_table(&rel.options) {
+        return super::sink_into_table::output(engine, rel);
+    }
     let connector = rel.options.get("connector").map(|c| c.to_ascii_lowercase());
     if connector.as_deref() == Some("blackhole") {
         return JobOutput::blackhole(&rel.options);

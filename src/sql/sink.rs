@@ -4,6 +4,8 @@
 //! CREATE SINK [IF NOT EXISTS] name AS query WITH (connector = '...', ...)
 //!     [FORMAT PLAIN ENCODE JSON [(option = 'value', ...)]];
 //! CREATE SINK [IF NOT EXISTS] name FROM relation WITH (connector = '...', ...) [FORMAT ...];
+//! CREATE SINK [IF NOT EXISTS] name INTO table [(column, ...)] {AS query | FROM relation}
+//!     [WITH (type = 'append-only', force_append_only = 'true')];
 //! ```
 //!
 //! The options are the last top-level `WITH (...)`, so a query may use `WITH` for CTEs;
@@ -23,6 +25,16 @@ pub struct CreateSink {
     /// Set for `FROM relation`.
     pub from: Option<String>,
     pub options: BTreeMap<String, String>,
+    /// `INTO table [(columns)]`: the rows go into an Eddy table.
+    pub into: Option<SinkTarget>,
+}
+
+/// The table a `CREATE SINK ... INTO` writes, and the columns its query's columns fill
+/// (all the table's, in order, when none are named).
+#[derive(Debug, Clone, PartialEq)]
+pub struct SinkTarget {
+    pub table: String,
+    pub columns: Vec<String>,
 }
 
 pub fn parse_create_sink(sql: &str) -> Option<Result<CreateSink>> {
@@ -34,7 +46,31 @@ pub fn parse_create_sink(sql: &str) -> Option<Result<CreateSink>> {
 }
 
 fn parse(tokens: &[Token]) -> Result<CreateSink> {
-    let (if_not_exists, name, i) = super::source::create_header(tokens)?;
+    let (if_not_exists, name, mut i) = super::source::create_header(tokens)?;
+    let into = if is_word(tokens.get(i), "into") {
+        let table = super::source::identifier(tokens.get(i + 1))?;
+        i += 2;
+        let mut columns = Vec::new();
+        if tokens.get(i) == Some(&Token::LParen) {
+            loop {
+                columns.push(super::source::identifier(tokens.get(i + 1))?);
+                i += 2;
+                match tokens.get(i) {
+                    Some(Token::Comma) => continue,
+                    Some(Token::RParen) => break,
+                    _ => {
+                        return Err(EddyError::syntax(
+                            "expected , or ) in the sink's column list",
+                        ));
+                    }
+                }
+            }
+            i += 1;
+        }
+        Some(SinkTarget { table, columns })
+    } else {
+        None
+    };
     // The last `WITH (` at depth 0 starts the options.
     let mut depth = 0;
     let mut with_at = None;
@@ -51,9 +87,16 @@ fn parse(tokens: &[Token]) -> Result<CreateSink> {
             _ => {}
         }
     }
-    let with_at =
-        with_at.ok_or_else(|| EddyError::syntax("CREATE SINK needs WITH (connector = '...')"))?;
-    let (mut options, end) = parse_options(tokens, with_at + 1)?;
+    // A sink into a table needs no options.
+    let (with_at, (mut options, end)) = match (with_at, &into) {
+        (Some(at), _) => (at, parse_options(tokens, at + 1)?),
+        (None, Some(_)) => (tokens.len(), (BTreeMap::new(), tokens.len())),
+        (None, None) => {
+            return Err(EddyError::syntax(
+                "CREATE SINK needs WITH (connector = '...')",
+            ));
+        }
+    };
     let (format, encode_options, end) = super::source::parse_format_clause(tokens, end)?;
     if let Some((format, encode)) = format {
         options.insert("format".into(), format.to_ascii_lowercase());
@@ -84,6 +127,7 @@ fn parse(tokens: &[Token]) -> Result<CreateSink> {
             query: format!("SELECT * FROM {from}"),
             from: Some(from),
             options,
+            into,
         });
     }
     if !is_word(tokens.get(i), "as") || body.is_empty() {
@@ -97,6 +141,7 @@ fn parse(tokens: &[Token]) -> Result<CreateSink> {
         query: body.join(" "),
         from: None,
         options,
+        into,
     })
 }
 
@@ -132,5 +177,21 @@ mod tests {
         assert_eq!(s.options["format"], "plain");
         assert_eq!(s.options["encode"], "csv");
         assert_eq!(s.options["encode.delimiter"], ";");
+        let s = parse_create_sink("CREATE SINK s INTO t (a, \"B\") AS SELECT x, y FROM u")
+            .unwrap()
+            .unwrap();
+        assert_eq!(
+            s.into,
+            Some(SinkTarget {
+                table: "t".into(),
+                columns: vec!["a".into(), "B".into()]
+            })
+        );
+        assert_eq!(s.query, "SELECT x , y FROM u");
+        let s = parse_create_sink("CREATE SINK s INTO t FROM u WITH (type = 'append-only')")
+            .unwrap()
+            .unwrap();
+        assert_eq!(s.from.as_deref(), Some("u"));
+        assert_eq!(s.options["type"], "append-only");
     }
 }
