@@ -538,7 +538,7 @@ fn generated_value(
 }
 
 /// The column's default (NULL without one), cast to its type.
-fn default_of(column: &Column) -> Result<Expr> {
+pub(super) fn default_of(column: &Column) -> Result<Expr> {
     match (&column.default, &column.generated) {
         (Some(default), _) => cast_to(processing_time_as_now(parse_expr(default)?), column),
         // A generated column written as DEFAULT is computed after.

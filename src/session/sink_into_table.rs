@@ -48,14 +48,28 @@ pub(super) async fn flush(engine: &Engine) {
     }
 }
 
-/// Checks `CREATE SINK ... INTO` against its target and query; returns the target and
-/// the sink's options to store.
+/// A checked `CREATE SINK ... INTO`.
+pub(super) struct Prepared {
+    pub table: Relation,
+    /// The sink's query made the table's whole rows: the query's columns where they
+    /// go, each other column's default (or NULL).
+    pub query: String,
+    /// The options to store with the sink.
+    pub options: BTreeMap<String, String>,
+}
+
+/// Alias of the derived table holding the user's query in [`Prepared::query`].
+const SOURCE: &str = "__eddy_sink_source";
+
+/// Checks `CREATE SINK ... INTO` against its target and its query (`graph`, `query`
+/// planned as written).
 pub(super) fn prepare(
     engine: &Engine,
     target: &SinkTarget,
     options: &BTreeMap<String, String>,
+    query: &str,
     graph: &StreamGraph,
-) -> Result<(Relation, BTreeMap<String, String>)> {
+) -> Result<Prepared> {
     let table = engine
         .catalog
         .get(&target.table)
@@ -101,6 +115,23 @@ pub(super) fn prepare(
             })
             .collect::<Result<_>>()?
     };
+    if let Some(repeated) = columns
+        .iter()
+        .enumerate()
+        .find(|(i, c)| columns[..*i].contains(c))
+        .map(|(_, c)| &table.columns[*c].name)
+    {
+        return Err(EddyError::new(
+            "42701", // duplicate_column
+            format!("column \"{repeated}\" specified more than once"),
+        ));
+    }
+    if let Some(generated) = table.columns.iter().find(|c| c.generated.is_some()) {
+        return Err(EddyError::not_supported(format!(
+            "a sink into a table with a generated column (\"{}\") is not supported",
+            generated.name
+        )));
+    }
     if columns.len() != graph.schema.fields().len() {
         return Err(EddyError::new(
             sqlstate::SYNTAX_ERROR,
@@ -150,18 +181,36 @@ pub(super) fn prepare(
             ),
         ));
     }
+    let items = table
+        .columns
+        .iter()
+        .enumerate()
+        .map(|(i, column)| match columns.iter().position(|c| *c == i) {
+            Some(from) => Ok(format!("{SOURCE}.c{from}")),
+            None => Ok(super::column_values::default_of(column)?.to_string()),
+        })
+        .collect::<Result<Vec<_>>>()?;
+    let names: Vec<String> = (0..columns.len()).map(|i| format!("c{i}")).collect();
+    let query = format!(
+        "SELECT {} FROM ({query}) AS {SOURCE}({})",
+        items.join(", "),
+        names.join(", ")
+    );
     let mut stored = options.clone();
     stored.insert(TARGET_ID.into(), table.id.to_string());
     stored.insert(
         TARGET_COLUMNS.into(),
-        columns
-            .iter()
-            .map(usize::to_string)
+        (0..table.columns.len())
+            .map(|c| c.to_string())
             .collect::<Vec<_>>()
             .join(","),
     );
     stored.insert(APPEND_ONLY.into(), append_only.to_string());
-    Ok((table, stored))
+    Ok(Prepared {
+        table,
+        query,
+        options: stored,
+    })
 }
 
 /// The job output of a sink into a table: its target's state table.

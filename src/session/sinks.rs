@@ -28,19 +28,27 @@ pub(super) async fn create(session: &Session, sink: CreateSink) -> Result<Outcom
         _ => return Err(EddyError::syntax("a sink's query is one SELECT")),
     };
     let parallelism = session.streaming_parallelism()?;
-    let (plan, graph) =
+    let (mut plan, mut graph) =
         super::materialized_views::plan_graph(engine, &query, parallelism, false).await?;
-    let mut depends_on = super::materialized_views::dependencies(engine, &query, &plan)?;
+    let mut query = query;
+    let mut target = None;
     let options = match &sink.into {
-        Some(target) => {
-            let (table, options) =
-                super::sink_into_table::prepare(engine, target, &sink.options, &graph)?;
-            // The target cannot be dropped while the sink writes into it.
-            depends_on.push(table.id);
-            options
+        Some(into) => {
+            let prepared =
+                super::sink_into_table::prepare(engine, into, &sink.options, &query, &graph)?;
+            // Planned again as the table's whole rows (defaults where the query gives
+            // no value).
+            query = prepared.query.clone();
+            (plan, graph) =
+                super::materialized_views::plan_graph(engine, &query, parallelism, false).await?;
+            target = Some(prepared.table.id);
+            prepared.options
         }
         None => sink.options.clone(),
     };
+    let mut depends_on = super::materialized_views::dependencies(engine, &query, &plan)?;
+    // The target cannot be dropped while the sink writes into it.
+    depends_on.extend(target);
     let mut rel = Relation {
         definition: query.clone(),
         depends_on,
