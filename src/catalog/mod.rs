@@ -29,6 +29,9 @@ const NEXT_ID_KEY: &[u8] = b"\x00\x00\x00\x02\x00\x00next_id";
 pub const DATABASE_NAME: &str = "dev";
 pub const DEFAULT_SCHEMA: &str = "public";
 
+/// The option of a sink into a table naming its target table's id.
+pub const SINK_TARGET_OPTION: &str = "into.table_id";
+
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 pub enum RelationKind {
     Table,
@@ -420,14 +423,22 @@ impl Catalog {
             .find(|r| r.kind != RelationKind::Index)
             .or_else(|| dependents.next())
         {
+            // RisingWave's words for a table that sinks write into.
+            let written_by_sink = dependent.kind == RelationKind::Sink
+                && dependent.options.get(SINK_TARGET_OPTION) == Some(&rel.id.to_string());
             return Err(EddyError::new(
                 sqlstate::DEPENDENT_OBJECTS_STILL_EXIST,
                 format!(
-                    "cannot drop {} {} because {} {} depends on it",
+                    "cannot drop {} {} because {} {} depends on it{}",
                     rel.kind.sql_name(),
                     rel.name,
                     dependent.kind.sql_name(),
-                    dependent.name
+                    dependent.name,
+                    if written_by_sink {
+                        " (Table used by incoming sinks; DROP ... CASCADE drops them too)"
+                    } else {
+                        ""
+                    }
                 ),
             ));
         }

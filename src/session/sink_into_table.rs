@@ -23,7 +23,7 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 
 /// Option keys Eddy keeps with the sink (the target by id, so a rename keeps it).
-const TARGET_ID: &str = "into.table_id";
+const TARGET_ID: &str = crate::catalog::SINK_TARGET_OPTION;
 const TARGET_COLUMNS: &str = "into.columns";
 const APPEND_ONLY: &str = "into.append_only";
 
