@@ -84,6 +84,13 @@ pub(super) fn prepare(
             ),
         ));
     }
+    if options.contains_key("format") || options.contains_key("encode") {
+        return Err(EddyError::new(
+            sqlstate::INVALID_PARAMETER_VALUE,
+            "connector table is not supported by FORMAT ... ENCODE ... syntax: \
+             a sink into a table writes the table's rows",
+        ));
+    }
     for key in options.keys() {
         if !matches!(key.as_str(), "type" | "force_append_only" | "primary_key") {
             return Err(EddyError::new(

@@ -126,7 +126,7 @@ pub async fn open(
             })
         }
         other => Err(EddyError::not_supported(format!(
-            "sink connector '{other}' is not supported; available: {CONNECTORS}"
+            "unsupported sink type {other}: sink connector '{other}' is not supported; available: {CONNECTORS} (and CREATE SINK ... INTO table)"
         ))),
     }
 }
