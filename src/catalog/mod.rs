@@ -4,6 +4,7 @@
 //! [`CATALOG_TABLE_ID`]) before a DDL statement returns, so they survive a crash.
 
 pub mod pg_catalog;
+pub mod rw_catalog;
 pub mod schema_provider;
 pub mod system_tables;
 pub mod types;

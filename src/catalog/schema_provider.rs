@@ -23,6 +23,8 @@ pub struct CatalogSchemaProvider {
     tables: Mutex<HashMap<u32, Arc<StateTable>>>,
     /// The session state views are planned in; set once the context exists.
     planner: OnceLock<Weak<RwLock<SessionState>>>,
+    /// RisingWave's `rw_catalog` lists, also read without their schema (`rw_sinks`).
+    unqualified_lists: OnceLock<Arc<dyn SchemaProvider>>,
 }
 
 impl std::fmt::Debug for CatalogSchemaProvider {
@@ -43,11 +45,17 @@ impl CatalogSchemaProvider {
             serving,
             tables: Mutex::new(HashMap::new()),
             planner: OnceLock::new(),
+            unqualified_lists: OnceLock::new(),
         }
     }
 
     pub fn set_planner(&self, state: Weak<RwLock<SessionState>>) {
         let _ = self.planner.set(state);
+    }
+
+    /// Where the `rw_catalog` lists read without their schema come from.
+    pub fn set_unqualified_lists(&self, lists: Arc<dyn SchemaProvider>) {
+        let _ = self.unqualified_lists.set(lists);
     }
 
     /// The state table holding the rows of a `CREATE TABLE` relation.
@@ -123,7 +131,10 @@ impl SchemaProvider for CatalogSchemaProvider {
 
     async fn table(&self, name: &str) -> DFResult<Option<Arc<dyn TableProvider>>> {
         let Some(rel) = self.catalog.get(name) else {
-            return Ok(None);
+            return match self.unqualified_lists.get() {
+                Some(lists) if super::rw_catalog::is_list(name) => lists.table(name).await,
+                _ => Ok(None),
+            };
         };
         match rel.kind {
             RelationKind::Sink | RelationKind::Index => Ok(None),
@@ -163,9 +174,10 @@ impl SchemaProvider for CatalogSchemaProvider {
     }
 
     fn table_exist(&self, name: &str) -> bool {
-        self.catalog
-            .get(name)
-            .is_some_and(|r| !matches!(r.kind, RelationKind::Sink | RelationKind::Index))
+        match self.catalog.get(name) {
+            Some(r) => !matches!(r.kind, RelationKind::Sink | RelationKind::Index),
+            None => self.unqualified_lists.get().is_some() && super::rw_catalog::is_list(name),
+        }
     }
 }
 

@@ -58,10 +58,11 @@ pub struct SystemSources {
 }
 
 /// Builds a system table's rows from the running system, at scan time.
-type RowBuilder = fn(&SystemSources, SchemaRef) -> DFResult<RecordBatch>;
+pub(super) type RowBuilder = fn(&SystemSources, SchemaRef) -> DFResult<RecordBatch>;
 
 /// A table whose rows are computed from the running system when it is scanned.
 pub struct SystemTable {
+    schema_name: &'static str,
     name: &'static str,
     schema: SchemaRef,
     sources: Arc<SystemSources>,
@@ -70,7 +71,7 @@ pub struct SystemTable {
 
 impl std::fmt::Debug for SystemTable {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "{SYSTEM_SCHEMA}.{}", self.name)
+        write!(f, "{}.{}", self.schema_name, self.name)
     }
 }
 
@@ -83,6 +84,7 @@ impl SystemSchema {
     pub fn new(sources: Arc<SystemSources>) -> Self {
         let table = |name, schema, rows| {
             Arc::new(SystemTable {
+                schema_name: SYSTEM_SCHEMA,
                 name,
                 schema,
                 sources: sources.clone(),
@@ -105,6 +107,24 @@ impl SystemSchema {
                     connector_tables_rows,
                 ),
             ],
+        }
+    }
+
+    /// RisingWave's `rw_catalog` relation lists ([`super::rw_catalog`]).
+    pub fn risingwave(sources: Arc<SystemSources>) -> Self {
+        Self {
+            tables: super::rw_catalog::TABLES
+                .iter()
+                .map(|(name, rows)| {
+                    Arc::new(SystemTable {
+                        schema_name: super::rw_catalog::SCHEMA,
+                        name,
+                        schema: super::rw_catalog::relations_schema(),
+                        sources: sources.clone(),
+                        rows: *rows,
+                    })
+                })
+                .collect(),
         }
     }
 

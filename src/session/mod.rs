@@ -266,20 +266,28 @@ impl Engine {
                 }
             }
         }));
-        ctx.catalog(DATABASE_NAME)
-            .expect("default catalog exists")
+        let system_sources = Arc::new(crate::catalog::system_tables::SystemSources {
+            jobs: jobs.clone(),
+            checkpoints: checkpoints.clone(),
+            cache_budget: store.cache_budget().clone(),
+            store: store.clone(),
+            catalog: catalog.clone(),
+        });
+        let rw_catalog = Arc::new(crate::catalog::system_tables::SystemSchema::risingwave(
+            system_sources.clone(),
+        ));
+        schema_provider.set_unqualified_lists(rw_catalog.clone());
+        let database = ctx.catalog(DATABASE_NAME).expect("default catalog exists");
+        database
             .register_schema(
                 crate::catalog::system_tables::SYSTEM_SCHEMA,
-                Arc::new(crate::catalog::system_tables::SystemSchema::new(Arc::new(
-                    crate::catalog::system_tables::SystemSources {
-                        jobs: jobs.clone(),
-                        checkpoints: checkpoints.clone(),
-                        cache_budget: store.cache_budget().clone(),
-                        store: store.clone(),
-                        catalog: catalog.clone(),
-                    },
-                ))),
+                Arc::new(crate::catalog::system_tables::SystemSchema::new(
+                    system_sources,
+                )),
             )
+            .map_err(EddyError::from)?;
+        database
+            .register_schema(crate::catalog::rw_catalog::SCHEMA, rw_catalog)
             .map_err(EddyError::from)?;
         if tokio::runtime::Handle::try_current().is_ok() {
             checkpoints.start();
