@@ -192,7 +192,12 @@ impl PatchedTable {
             for i in 0..batch.num_rows() {
                 if names.value(i) == "public" {
                     namespace_oid = oids.value(i);
-                } else if names.value(i) == super::system_tables::SYSTEM_SCHEMA {
+                } else if [
+                    super::system_tables::SYSTEM_SCHEMA,
+                    super::rw_catalog::SCHEMA,
+                ]
+                .contains(&names.value(i))
+                {
                     hidden_namespaces.push(oids.value(i));
                 }
             }
