@@ -33,7 +33,7 @@ pub const ROW_ID_COLUMN: &str = "_changelog_row_id";
 pub const FUNCTION: &str = "eddy_changelog";
 
 /// The changes of `relation`, as a stream planner input.
-#[derive(Debug)]
+#[derive(Debug, Clone)]
 pub struct ChangelogTable {
     pub relation: Relation,
     pub with_row_id: bool,
@@ -81,13 +81,9 @@ impl TableProvider for ChangelogTable {
 }
 
 /// The changelog a scan reads, if it reads one.
-pub(super) fn of_scan(scan: &TableScan) -> Option<Arc<ChangelogTable>> {
+pub(super) fn of_scan(scan: &TableScan) -> Option<ChangelogTable> {
     let provider = datafusion::datasource::source_as_provider(&scan.source).ok()?;
-    let table = provider.downcast_ref::<ChangelogTable>()?;
-    Some(Arc::new(ChangelogTable::new(
-        table.relation.clone(),
-        table.with_row_id,
-    )))
+    provider.downcast_ref::<ChangelogTable>().cloned()
 }
 
 /// The relation's changes, each made a row by the Changelog operator, then the columns

@@ -835,11 +835,10 @@ fn input_relation(rel: &Relation) -> crate::stream::graph::InputRelation {
 fn visit(plan: &LogicalPlan, ctx: &PlanContext) -> Result<Partial> {
     let plain = |node| Ok(Partial::Node(node));
     match plan {
-        LogicalPlan::TableScan(scan) if changelog::of_scan(scan).is_some() => {
-            let table = changelog::of_scan(scan).expect("matched");
-            changelog::lower(scan, &table, ctx)
-        }
         LogicalPlan::TableScan(scan) => {
+            if let Some(table) = changelog::of_scan(scan) {
+                return changelog::lower(scan, &table, ctx);
+            }
             let name = scan.table_name.table();
             let rel = ctx
                 .catalog

@@ -18,13 +18,12 @@ use crate::stream::graph::StreamGraph;
 use crate::stream::job::JobOutput;
 use crate::stream::sink::{SinkFactory, SinkWriter};
 use crate::stream::{Op, StreamChunk};
-use arrow::array::{ArrayRef, RecordBatch, UInt32Array, new_null_array};
+use arrow::array::{ArrayRef, RecordBatch, UInt32Array};
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
 /// Option keys Eddy keeps with the sink (the target by id, so a rename keeps it).
 const TARGET_ID: &str = crate::catalog::SINK_TARGET_OPTION;
-const TARGET_COLUMNS: &str = "into.columns";
 const APPEND_ONLY: &str = "into.append_only";
 
 /// Whether a sink's stored options make it a sink into a table.
@@ -205,13 +204,6 @@ pub(super) fn prepare(
     );
     let mut stored = options.clone();
     stored.insert(TARGET_ID.into(), table.id.to_string());
-    stored.insert(
-        TARGET_COLUMNS.into(),
-        (0..table.columns.len())
-            .map(|c| c.to_string())
-            .collect::<Vec<_>>()
-            .join(","),
-    );
     stored.insert(APPEND_ONLY.into(), append_only.to_string());
     Ok(Prepared {
         table,
@@ -227,26 +219,22 @@ pub(super) fn output(engine: &Engine, sink: &Relation) -> Result<JobOutput> {
     let table = engine.catalog.get_by_id(id).ok_or_else(|| {
         EddyError::undefined_table(&format!("(the target of sink \"{}\")", sink.name))
     })?;
-    let columns = sink.options[TARGET_COLUMNS]
-        .split(',')
-        .map(|c| c.parse::<usize>().map_err(|_| broken()))
-        .collect::<Result<Vec<_>>>()?;
     let append_only = sink.options.get(APPEND_ONLY).is_some_and(|v| v == "true");
     let state = engine.schema_provider.state_table_for(&table)?;
     Ok(JobOutput::Sink(Arc::new(TableSink {
         table: state,
         target: table.arrow_schema(),
-        columns,
         append_only,
     })))
 }
 
+/// The sink's target and how it writes; every subtask's writer is a copy.
+#[derive(Clone)]
 struct TableSink {
     table: Arc<StateTable>,
-    /// The table's columns.
+    /// The table's columns: the sink's query gives them all, in order
+    /// ([`Prepared::query`]).
     target: arrow::datatypes::SchemaRef,
-    /// The table column each of the query's columns fills.
-    columns: Vec<usize>,
     append_only: bool,
 }
 
@@ -256,36 +244,20 @@ impl SinkFactory for TableSink {
     }
 
     fn writer(&self, _subtask: usize) -> Result<Box<dyn SinkWriter>> {
-        Ok(Box::new(TableSinkWriter {
-            table: self.table.clone(),
-            target: self.target.clone(),
-            columns: self.columns.clone(),
-            append_only: self.append_only,
-        }))
+        Ok(Box::new(self.clone()))
     }
 }
 
-struct TableSinkWriter {
-    table: Arc<StateTable>,
-    target: arrow::datatypes::SchemaRef,
-    columns: Vec<usize>,
-    append_only: bool,
-}
-
-impl TableSinkWriter {
-    /// The chunk's rows as the table's rows: each query column cast to the column it
-    /// fills, the others NULL.
+impl TableSink {
+    /// The chunk's rows as the table's rows: each column cast to the table's type.
     fn table_rows(&self, batch: &RecordBatch) -> Result<RecordBatch> {
-        let mut out: Vec<ArrayRef> = self
-            .target
-            .fields()
+        let columns = batch
+            .columns()
             .iter()
-            .map(|f| new_null_array(f.data_type(), batch.num_rows()))
-            .collect();
-        for (from, &to) in self.columns.iter().enumerate() {
-            out[to] = arrow::compute::cast(batch.column(from), self.target.field(to).data_type())?;
-        }
-        Ok(RecordBatch::try_new(self.target.clone(), out)?)
+            .zip(self.target.fields())
+            .map(|(column, field)| Ok(arrow::compute::cast(column, field.data_type())?))
+            .collect::<Result<Vec<ArrayRef>>>()?;
+        Ok(RecordBatch::try_new(self.target.clone(), columns)?)
     }
 
     /// Applies rows `rows` of `batch`, all inserts or all deletes.
@@ -293,7 +265,12 @@ impl TableSinkWriter {
         if rows.is_empty() || (delete && self.append_only) {
             return Ok(());
         }
-        let taken = arrow::compute::take_record_batch(batch, &UInt32Array::from(rows.to_vec()))?;
+        // A chunk of one kind (an append-only stream's) is applied whole.
+        let taken = if rows.len() == batch.num_rows() {
+            batch.clone()
+        } else {
+            arrow::compute::take_record_batch(batch, &UInt32Array::from(rows.to_vec()))?
+        };
         if delete {
             self.table.delete_rows_with_keys_of(&taken)?;
         } else {
@@ -304,7 +281,7 @@ impl TableSinkWriter {
 }
 
 #[async_trait::async_trait]
-impl SinkWriter for TableSinkWriter {
+impl SinkWriter for TableSink {
     async fn write(&mut self, chunk: StreamChunk) -> Result<()> {
         let batch = self.table_rows(&chunk.batch)?;
         // Runs of inserts and of deletes, applied in the chunk's order.
