@@ -3,7 +3,7 @@
 //! The wire protocol's text format (`server::encode`), sinks writing CSV or into
 //! PostgreSQL, and casts to text (a struct as a record) all print values through here.
 
-use crate::catalog::types::display_decimal;
+use crate::catalog::types::{display_decimal, display_decimal256};
 use crate::error::{EddyError, Result};
 use arrow::array::{Array, ArrayRef, AsArray};
 use arrow::compute::cast;
@@ -105,6 +105,14 @@ pub(crate) fn write_text(
             let value = array.as_primitive::<Decimal128Type>().value(row);
             let (value, scale) = display_decimal(value, *precision, *scale);
             s = format_decimal(value, scale);
+            Ok(())
+        }
+        DataType::Decimal256(precision, scale) => {
+            let value = array.as_primitive::<Decimal256Type>().value(row);
+            s = match display_decimal256(value, *precision, *scale) {
+                Some((value, scale)) => format_decimal(value, scale),
+                None => format_wide_decimal(value, *scale),
+            };
             Ok(())
         }
         DataType::Utf8 => {
@@ -215,9 +223,28 @@ pub fn format_float(v: f64, max_digits: i32, single: bool) -> String {
 }
 
 pub fn format_decimal(v: i128, scale: i8) -> String {
+    format_decimal_digits(v < 0, v.unsigned_abs().to_string(), scale)
+}
+
+/// A decimal of more than 128 bits, shown at its type's scale.
+fn format_wide_decimal(v: i256, scale: i8) -> String {
+    let text = v.to_string();
+    match text.strip_prefix('-') {
+        Some(digits) => format_decimal_digits(true, digits.to_string(), scale),
+        None => format_decimal_digits(false, text, scale),
+    }
+}
+
+/// The digits of a decimal's magnitude with the point put `scale` digits from the right.
+fn format_decimal_digits(negative: bool, digits: String, scale: i8) -> String {
+    let sign = if negative && digits.bytes().any(|d| d != b'0') {
+        "-"
+    } else {
+        ""
+    };
     if scale <= 0 {
-        let mut s = v.to_string();
-        if scale < 0 && v != 0 {
+        let mut s = format!("{sign}{digits}");
+        if scale < 0 && digits != "0" {
             for _ in 0..(-scale) {
                 s.push('0');
             }
@@ -225,15 +252,13 @@ pub fn format_decimal(v: i128, scale: i8) -> String {
         return s;
     }
     let scale = scale as usize;
-    let negative = v < 0;
-    let digits = v.unsigned_abs().to_string();
     let digits = if digits.len() <= scale {
         format!("{}{}", "0".repeat(scale + 1 - digits.len()), digits)
     } else {
         digits
     };
     let (int, frac) = digits.split_at(digits.len() - scale);
-    format!("{}{int}.{frac}", if negative { "-" } else { "" })
+    format!("{sign}{int}.{frac}")
 }
 
 fn format_date(days: i32) -> String {

@@ -540,7 +540,7 @@ fn declared_type(t: &SqlType, arrow_oid: i32) -> (i32, i32) {
         SqlType::Numeric {
             precision: Some(p),
             scale,
-        } => (
+        } if *p <= 38 => (
             arrow_oid,
             ((*p as i32) << 16 | scale.unwrap_or(0) as i32) + 4,
         ),

@@ -5,7 +5,7 @@
 //! type derived from it.
 
 use crate::error::{EddyError, Result};
-use arrow::datatypes::{DataType, Field, IntervalUnit, TimeUnit};
+use arrow::datatypes::{DataType, Field, IntervalUnit, TimeUnit, i256};
 use datafusion::sql::sqlparser::ast::{
     ArrayElemTypeDef, CharacterLength, DataType as AstType, ExactNumberInfo, TimezoneInfo,
 };
@@ -41,6 +41,58 @@ pub fn display_decimal(value: i128, precision: u8, scale: i8) -> (i128, i8) {
         scale -= 1;
     }
     (value, scale)
+}
+
+/// The type of an average of integers: RisingWave divides the exact sum by the count as a
+/// 96-bit decimal (at most 28 fractional digits), and keeps the scale its division leaves,
+/// which is not always the shortest (`avg` of 2 and 3 is `2.50`). A column has one scale
+/// in Arrow, so these are stored at scale 28 and [`display_decimal256`] finds the scale
+/// RisingWave shows. The wide type makes room for 48 integer digits.
+pub const INTEGER_AVERAGE_TYPE: DataType =
+    DataType::Decimal256(INTEGER_AVERAGE_PRECISION, INTEGER_AVERAGE_SCALE);
+pub const INTEGER_AVERAGE_PRECISION: u8 = 76;
+pub const INTEGER_AVERAGE_SCALE: i8 = 28;
+
+/// The value and scale a 256-bit decimal is shown with, `None` when the value needs more
+/// than 128 bits. Averages of integers ([`INTEGER_AVERAGE_TYPE`]) get RisingWave's scale;
+/// other wide decimals (arithmetic on them) are shown as 128-bit ones are.
+pub fn display_decimal256(value: i256, precision: u8, scale: i8) -> Option<(i128, i8)> {
+    let is_average = DataType::Decimal256(precision, scale) == INTEGER_AVERAGE_TYPE;
+    let ten = i256::from_i128(10);
+    let (mut value, mut scale) = (value, scale);
+    // As for 128-bit decimals: a scale this wide came from unconstrained `numeric`.
+    let strip = is_average || scale >= DEFAULT_NUMERIC_SCALE;
+    while strip && scale > 0 && value.wrapping_rem(ten) == i256::ZERO {
+        value = value.wrapping_div(ten);
+        scale -= 1;
+    }
+    let mut value = value.to_i128()?;
+    if is_average && keeps_one_trailing_zero(value, scale) {
+        value = value.checked_mul(10)?;
+        scale += 1;
+    }
+    Some((value, scale))
+}
+
+/// Whether RisingWave's division leaves one trailing zero on a quotient whose shortest
+/// form has `scale` fractional digits. It extends a quotient with a remainder by nine
+/// digits at a time, then strips trailing zeros by 10^8 (only while the low 32 bits are
+/// zero), then once each by 10^4, 10^2 and 10: of the eight zeros a one-digit tail gets,
+/// one is left. An exact integer quotient is never extended.
+fn keeps_one_trailing_zero(shortest: i128, scale: i8) -> bool {
+    // A quotient that filled the 96 bits or the 28 digits was rounded, not extended.
+    const DECIMAL_MANTISSA_LIMIT: i128 = 1 << 96;
+    if scale <= 0
+        || scale % 9 != 1
+        || scale >= 28
+        || shortest.unsigned_abs() * 10 >= DECIMAL_MANTISSA_LIMIT as u128
+    {
+        return false;
+    }
+    match shortest.checked_mul(100_000_000) {
+        Some(extended) => extended & 0xffff_ffff != 0,
+        None => true,
+    }
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -178,6 +230,11 @@ impl SqlType {
             SqlType::BigInt => DataType::Int64,
             SqlType::Real => DataType::Float32,
             SqlType::Double => DataType::Float64,
+            // Only computed columns are wider (an average of integers, kept by a view).
+            SqlType::Numeric {
+                precision: Some(p),
+                scale,
+            } if *p > DEFAULT_NUMERIC_PRECISION => DataType::Decimal256(*p, scale.unwrap_or(0)),
             SqlType::Numeric { precision, scale } => DataType::Decimal128(
                 precision.unwrap_or(DEFAULT_NUMERIC_PRECISION),
                 if precision.is_some() {
@@ -280,7 +337,7 @@ impl SqlType {
             SqlType::Numeric {
                 precision: Some(p),
                 scale,
-            } => format!("numeric({p},{})", scale.unwrap_or(0)),
+            } if *p <= DEFAULT_NUMERIC_PRECISION => format!("numeric({p},{})", scale.unwrap_or(0)),
             SqlType::Numeric { .. } => "numeric".into(),
             SqlType::Varchar(Some(n)) => format!("character varying({n})"),
             SqlType::Varchar(None) => "character varying".into(),

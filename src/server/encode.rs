@@ -5,8 +5,10 @@
 //! (`DateStyle = ISO`, `IntervalStyle = postgres`, `extra_float_digits = 1`), so clients
 //! that parse text (psql, psycopg2) see exactly what a PostgreSQL server would send.
 
-use crate::catalog::types::{PG_TYPE_METADATA, display_decimal, is_unconstrained_numeric};
-use crate::error::Result;
+use crate::catalog::types::{
+    PG_TYPE_METADATA, display_decimal, display_decimal256, is_unconstrained_numeric,
+};
+use crate::error::{EddyError, Result};
 pub use crate::pg_text::{format_decimal, format_float, format_interval, format_timestamp};
 use crate::pg_text::{normalize, write_text};
 use arrow::array::{Array, ArrayRef, AsArray, RecordBatch};
@@ -100,6 +102,7 @@ pub fn field_infos(schema: &Schema, format: &Format) -> Vec<FieldInfo> {
             let modifier = match f.data_type() {
                 // Unconstrained `numeric` has no modifier in PostgreSQL.
                 DataType::Decimal128(p, s) if is_unconstrained_numeric(*p, *s) => -1,
+                DataType::Decimal256(p, _) if *p > 38 => -1,
                 DataType::Decimal128(p, s) | DataType::Decimal256(p, s) => {
                     ((*p as i32) << 16 | (*s as i32 & 0xffff)) + 4
                 }
@@ -180,6 +183,14 @@ fn write_binary(array: &ArrayRef, row: usize, buf: &mut BytesMut) -> Result<()> 
         DataType::Decimal128(precision, scale) => {
             let value = array.as_primitive::<Decimal128Type>().value(row);
             let (value, scale) = display_decimal(value, *precision, *scale);
+            write_numeric(value, scale, buf)
+        }
+        DataType::Decimal256(precision, scale) => {
+            let value = array.as_primitive::<Decimal256Type>().value(row);
+            let (value, scale) =
+                display_decimal256(value, *precision, *scale).ok_or_else(|| {
+                    EddyError::not_supported("a numeric of more than 38 digits in binary format")
+                })?;
             write_numeric(value, scale, buf)
         }
         DataType::Utf8 => buf.put_slice(array.as_string::<i32>().value(row).as_bytes()),

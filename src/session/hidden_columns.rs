@@ -9,8 +9,8 @@
 
 use crate::catalog::Catalog;
 use datafusion::sql::sqlparser::ast::{
-    Expr, GroupByExpr, Ident, ObjectName, Query, SelectItem, SelectItemQualifiedWildcardKind,
-    SetExpr, Statement, TableFactor, VisitMut, VisitorMut,
+    Expr, GroupByExpr, Ident, ObjectName, Query, Select, SelectItem,
+    SelectItemQualifiedWildcardKind, SetExpr, Statement, TableFactor, VisitMut, VisitorMut,
 };
 use std::ops::ControlFlow;
 
@@ -27,6 +27,8 @@ pub fn add_group_keys(query: &mut Query) -> Vec<String> {
         return vec![];
     }
     let mut selected = Vec::new();
+    // A key selected under another name (`a.id AS auction_id`) is in the view already.
+    let mut selected_keys = Vec::new();
     for item in &select.projection {
         match item {
             SelectItem::UnnamedExpr(e) => {
@@ -34,7 +36,10 @@ pub fn add_group_keys(query: &mut Query) -> Vec<String> {
                     selected.push(name);
                 }
             }
-            SelectItem::ExprWithAlias { alias, .. } => selected.push(alias.value.to_lowercase()),
+            SelectItem::ExprWithAlias { alias, expr } => {
+                selected.push(alias.value.to_lowercase());
+                selected_keys.push(expr.clone());
+            }
             // `*` with GROUP BY selects every grouped column already.
             _ => return vec![],
         }
@@ -44,7 +49,7 @@ pub fn add_group_keys(query: &mut Query) -> Vec<String> {
         let Some(name) = column_name(&key) else {
             continue;
         };
-        if selected.contains(&name) || hidden.contains(&name) {
+        if selected.contains(&name) || hidden.contains(&name) || selected_keys.contains(&key) {
             continue;
         }
         select.projection.push(SelectItem::UnnamedExpr(key));
@@ -152,9 +157,26 @@ impl VisitorMut for Stars<'_> {
     type Break = ();
 
     fn pre_visit_query(&mut self, query: &mut Query) -> ControlFlow<()> {
-        let SetExpr::Select(select) = query.body.as_mut() else {
-            return ControlFlow::Continue(());
-        };
+        self.expand_in(query.body.as_mut());
+        ControlFlow::Continue(())
+    }
+}
+
+impl Stars<'_> {
+    /// The stars of a query's body: its select, or each branch of a set operation
+    /// (`SELECT * FROM mv EXCEPT ...`), whose branches are not queries of their own.
+    fn expand_in(&self, body: &mut SetExpr) {
+        match body {
+            SetExpr::Select(select) => self.expand_select(select),
+            SetExpr::SetOperation { left, right, .. } => {
+                self.expand_in(left);
+                self.expand_in(right);
+            }
+            _ => {}
+        }
+    }
+
+    fn expand_select(&self, select: &mut Select) {
         let mut items: Vec<FromItem> = Vec::new();
         for from in &select.from {
             items.push(self.relation_in_from(&from.relation));
@@ -166,7 +188,7 @@ impl VisitorMut for Stars<'_> {
             .iter()
             .any(|(_, c)| c.as_ref().is_some_and(|c| c.iter().any(|(_, h)| *h)));
         if !any_hidden {
-            return ControlFlow::Continue(());
+            return;
         }
         let mut projection = Vec::with_capacity(select.projection.len());
         for item in std::mem::take(&mut select.projection) {
@@ -197,7 +219,6 @@ impl VisitorMut for Stars<'_> {
             }
         }
         select.projection = projection;
-        ControlFlow::Continue(())
     }
 }
 

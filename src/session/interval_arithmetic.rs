@@ -7,15 +7,19 @@
 
 use arrow::array::{Array, AsArray, IntervalMonthDayNanoArray};
 use arrow::datatypes::{DataType, IntervalMonthDayNano, IntervalUnit};
-use datafusion::common::Result;
+use datafusion::common::{DFSchema, Result};
+use datafusion::logical_expr::expr::ScalarFunction;
+use datafusion::logical_expr::planner::{ExprPlanner, PlannerResult, RawBinaryExpr};
 use datafusion::logical_expr::{
-    ColumnarValue, ScalarFunctionArgs, ScalarUDF, ScalarUDFImpl, Signature, Volatility,
+    ColumnarValue, Expr as PlanExpr, ExprSchemable, ScalarFunctionArgs, ScalarUDF, ScalarUDFImpl,
+    Signature, Volatility, lit,
 };
 use datafusion::sql::sqlparser::ast::{
     BinaryOperator, CastKind, DataType as SqlType, Expr, Function, FunctionArg, FunctionArgExpr,
     FunctionArgumentList, FunctionArguments, Ident, ObjectName, VisitorMut,
 };
 use std::ops::ControlFlow;
+use std::sync::Arc;
 
 pub const INTERVAL_MUL: &str = "eddy_interval_mul";
 
@@ -97,6 +101,47 @@ impl VisitorMut for IntervalArithmetic {
 }
 
 /// `eddy_interval_mul(interval, factor)`.
+/// The same products and quotients where the interval is not a literal but any
+/// expression of interval type (a column, an `avg`, `ts - ts`), which the rewrite of the
+/// SQL text cannot see. DataFusion types `interval * number` as an error while it plans
+/// the SQL, so this is a planner of binary operators, which sees the operands' types.
+/// A difference of timestamps is still a `Duration` here; the analyzer rule
+/// [`super::timestamp_difference::TimestampDifference`] later makes it an interval.
+#[derive(Debug)]
+pub struct IntervalProducts;
+
+impl ExprPlanner for IntervalProducts {
+    fn plan_binary_op(
+        &self,
+        expr: RawBinaryExpr,
+        schema: &DFSchema,
+    ) -> Result<PlannerResult<RawBinaryExpr>> {
+        let is_interval = |e: &PlanExpr| {
+            matches!(
+                e.get_type(schema),
+                Ok(DataType::Interval(_) | DataType::Duration(_))
+            )
+        };
+        let is_number = |e: &PlanExpr| e.get_type(schema).is_ok_and(|t| t.is_numeric());
+        let as_float = |e: &PlanExpr| e.clone().cast_to(&DataType::Float64, schema);
+        let (interval, factor) = match expr.op {
+            BinaryOperator::Multiply if is_interval(&expr.left) && is_number(&expr.right) => {
+                (expr.left.clone(), as_float(&expr.right)?)
+            }
+            BinaryOperator::Multiply if is_number(&expr.left) && is_interval(&expr.right) => {
+                (expr.right.clone(), as_float(&expr.left)?)
+            }
+            BinaryOperator::Divide if is_interval(&expr.left) && is_number(&expr.right) => {
+                (expr.left.clone(), lit(1.0_f64) / as_float(&expr.right)?)
+            }
+            _ => return Ok(PlannerResult::Original(expr)),
+        };
+        Ok(PlannerResult::Planned(PlanExpr::ScalarFunction(
+            ScalarFunction::new_udf(Arc::new(udf()), vec![interval, factor]),
+        )))
+    }
+}
+
 #[derive(Debug, PartialEq, Eq, Hash)]
 pub struct IntervalMul {
     signature: Signature,
@@ -145,7 +190,7 @@ impl ScalarUDFImpl for IntervalMul {
                     .then(|| scale(interval.value(i), factor.value(i)))
             })
             .collect();
-        Ok(ColumnarValue::Array(std::sync::Arc::new(result)))
+        Ok(ColumnarValue::Array(Arc::new(result)))
     }
 }
 

@@ -28,6 +28,7 @@ mod format_function;
 pub mod functions;
 mod hidden_columns;
 mod indexes;
+mod integer_avg;
 mod integral_decimal;
 mod interval_arithmetic;
 mod interval_avg;
@@ -199,6 +200,7 @@ impl Engine {
             Arc::new(crate::planner::window_tvf::ExpandWindows),
             Arc::new(round_places::RoundPlaces),
             Arc::new(timestamp_difference::TimestampDifference),
+            Arc::new(integer_avg::IntegerAverage),
         ];
         analyzer_rules.extend(default_state.analyzer().rules.iter().cloned());
         let ctx = SessionContext::new_with_state(
@@ -217,6 +219,12 @@ impl Engine {
             integral_decimal::round_udf(),
         )));
         ctx.register_udf(struct_casts::udf().as_ref().clone());
+        {
+            use datafusion::execution::FunctionRegistry;
+            ctx.state_ref()
+                .write()
+                .register_expr_planner(Arc::new(interval_arithmetic::IntervalProducts))?;
+        }
         ctx.catalog(DATABASE_NAME)
             .expect("default catalog exists")
             .register_schema(DEFAULT_SCHEMA, schema_provider.clone())
@@ -641,7 +649,7 @@ impl Session {
             let schema = match &plan {
                 LogicalPlan::Dml(_) => None,
                 p => {
-                    let schema: SchemaRef = Arc::new(p.schema().as_arrow().clone());
+                    let schema = self.described_schema(p);
                     Some(match column_names::postgres_names(&statement) {
                         Some(names) => column_names::rename(&schema, &names),
                         None => schema,
@@ -867,6 +875,19 @@ impl Session {
                 first_words(&other.to_string())
             ))),
         }
+    }
+
+    /// The columns a planned query returns, as its analyzed plan types them (Eddy's
+    /// analyzer rules change types: `avg` of integers is a `numeric`, `ts - ts` an
+    /// interval). A plan whose parameters cannot be typed yet keeps the planner's types.
+    fn described_schema(&self, plan: &LogicalPlan) -> SchemaRef {
+        let state = self.engine.ctx.state();
+        let analyzed =
+            state
+                .analyzer()
+                .execute_and_check(plan.clone(), state.config_options(), |_, _| {});
+        let plan = analyzed.as_ref().unwrap_or(plan);
+        Arc::new(plan.schema().as_arrow().clone())
     }
 
     /// Plans a query or DML statement with DataFusion. DDL never reaches DataFusion: Eddy

@@ -115,7 +115,7 @@ pub(super) async fn result_schema(
     if matches!(plan, datafusion::logical_expr::LogicalPlan::Dml(_)) {
         return Ok(None);
     }
-    let schema: arrow::datatypes::SchemaRef = std::sync::Arc::new(plan.schema().as_arrow().clone());
+    let schema = session.described_schema(&plan);
     Ok(Some(
         match super::column_names::postgres_names(&statement) {
             Some(names) => super::column_names::rename(&schema, &names),

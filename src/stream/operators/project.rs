@@ -19,7 +19,20 @@ pub struct Project {
 }
 
 impl Project {
+    /// Every output column is nullable whatever the plan says: an expression that fails
+    /// on a row gives NULL there (`10 / id`, `count(*) / count(x)` over no rows), and the
+    /// chunks of one stream must share one schema for the operators that concatenate
+    /// them (a view's changes between two barriers).
     pub fn new(exprs: Vec<Arc<dyn PhysicalExpr>>, schema: SchemaRef) -> Self {
+        let fields: Vec<arrow::datatypes::Field> = schema
+            .fields()
+            .iter()
+            .map(|f| f.as_ref().clone().with_nullable(true))
+            .collect();
+        let schema = Arc::new(arrow::datatypes::Schema::new_with_metadata(
+            fields,
+            schema.metadata().clone(),
+        ));
         Self {
             exprs,
             schema,
@@ -37,27 +50,6 @@ impl Project {
         map_watermark(&self.watermarks, watermark)
     }
 
-    /// The output schema, with the columns that hold NULL where the plan expected none (an
-    /// expression that failed on a row: `10 / id IS NULL`) marked nullable.
-    fn schema_for(&self, columns: &[arrow::array::ArrayRef]) -> SchemaRef {
-        let unexpected = |(f, c): (&arrow::datatypes::FieldRef, &arrow::array::ArrayRef)| {
-            !f.is_nullable() && c.null_count() > 0
-        };
-        if !self.schema.fields().iter().zip(columns).any(unexpected) {
-            return self.schema.clone();
-        }
-        let fields: Vec<arrow::datatypes::Field> = self
-            .schema
-            .fields()
-            .iter()
-            .map(|f| f.as_ref().clone().with_nullable(true))
-            .collect();
-        Arc::new(arrow::datatypes::Schema::new_with_metadata(
-            fields,
-            self.schema.metadata().clone(),
-        ))
-    }
-
     pub fn apply(&self, batch: &RecordBatch) -> Result<RecordBatch> {
         let columns = self
             .exprs
@@ -65,7 +57,7 @@ impl Project {
             .map(|e| expression_errors::evaluate(e, batch))
             .collect::<Result<Vec<_>>>()?;
         Ok(RecordBatch::try_new_with_options(
-            self.schema_for(&columns),
+            self.schema.clone(),
             columns,
             &arrow::array::RecordBatchOptions::new().with_row_count(Some(batch.num_rows())),
         )?)
