@@ -3,6 +3,7 @@
 //! Entries are kept in memory for lookups and written to the [`StateStore`] (system table
 //! [`CATALOG_TABLE_ID`]) before a DDL statement returns, so they survive a crash.
 
+pub mod information_schema;
 pub mod pg_catalog;
 pub mod rw_catalog;
 pub mod schema_provider;

@@ -241,6 +241,9 @@ impl Engine {
         )
         .map_err(|e| EddyError::from(*e))?;
         crate::catalog::pg_catalog::EddyPgCatalog::install(&ctx, DATABASE_NAME, catalog.clone())?;
+        ctx.add_analyzer_rule(Arc::new(
+            crate::catalog::information_schema::PostgresColumnTypes::new(catalog.clone()),
+        ));
         functions::register(&ctx);
         for udf in regexp::udfs() {
             ctx.register_udf(udf);
