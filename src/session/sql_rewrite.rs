@@ -2,8 +2,8 @@
 //! before planning (after `datafusion-pg-catalog`'s own compatibility rewrites).
 //!
 //! - `ARRAY(SELECT f(x) FROM unnest(arr) x)` → `array_transform(arr, x -> f(x))`, and any
-//!   other `ARRAY(subquery)` → `(SELECT array_agg(expr) FROM ...)`. psql's `\d+` uses the
-//!   first form.
+//!   other `ARRAY(subquery)` → `coalesce((SELECT array_agg(expr) FROM ...), make_array())`
+//!   (no rows give `{}`). psql's `\d+` uses the first form.
 //! - A scalar subquery over `pg_catalog` that is correlated but not aggregated, e.g.
 //!   `(SELECT typname FROM pg_type WHERE oid = atttypid)`: DataFusion only decorrelates
 //!   aggregated scalar subqueries, so the select item is wrapped in `first_value(...)`.
@@ -891,7 +891,19 @@ fn rewrite_array_subquery(query: &Query) -> Option<Expr> {
             .ok()?;
         select.projection = vec![SelectItem::UnnamedExpr(agg)];
     }
-    Some(Expr::Subquery(Box::new(aggregated)))
+    // No rows make an empty array, not NULL, as in PostgreSQL.
+    let mut empty_when_no_rows = Parser::new(&PostgreSqlDialect {})
+        .try_with_sql("coalesce(NULL, make_array())")
+        .ok()?
+        .parse_expr()
+        .ok()?;
+    if let Expr::Function(f) = &mut empty_when_no_rows
+        && let FunctionArguments::List(list) = &mut f.args
+        && let Some(FunctionArg::Unnamed(FunctionArgExpr::Expr(first))) = list.args.first_mut()
+    {
+        *first = Expr::Subquery(Box::new(aggregated));
+    }
+    Some(empty_when_no_rows)
 }
 
 /// For `unnest(arr) AS x` (in any of the forms sqlparser gives it), the array expression
