@@ -897,13 +897,12 @@ async fn kafka_avro_source_with_a_schema_registry_is_exact_across_a_kill() {
          WHERE table_name = 'avro_events' ORDER BY ordinal_position",
     )
     .await;
-    // (As DataFusion's information_schema names the columns' Arrow types.)
     let mut expected_columns = vec![
-        vec!["id", "Int64", "YES"],
-        vec!["k", "Int32", "YES"],
-        vec!["name", "Utf8", "YES"],
-        vec!["price", "Decimal128(10, 2)", "YES"],
-        vec!["ts", "Timestamp(µs, \"+00:00\")", "YES"],
+        vec!["id", "bigint", "YES"],
+        vec!["k", "integer", "YES"],
+        vec!["name", "character varying", "YES"],
+        vec!["price", "numeric", "YES"],
+        vec!["ts", "timestamp with time zone", "YES"],
     ];
     expected_columns.sort();
     assert_eq!(columns, expected_columns);

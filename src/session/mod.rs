@@ -16,6 +16,7 @@ mod column_values;
 mod comments;
 mod copy;
 mod corresponding;
+mod date_difference;
 mod date_function;
 mod date_trunc_by_row;
 mod ddl;
@@ -28,7 +29,7 @@ mod format_function;
 pub mod functions;
 mod hidden_columns;
 mod indexes;
-mod integer_avg;
+mod integer_aggregates;
 mod integral_decimal;
 mod interval_arithmetic;
 mod interval_avg;
@@ -200,7 +201,7 @@ impl Engine {
             Arc::new(crate::planner::window_tvf::ExpandWindows),
             Arc::new(round_places::RoundPlaces),
             Arc::new(timestamp_difference::TimestampDifference),
-            Arc::new(integer_avg::IntegerAverage),
+            Arc::new(integer_aggregates::IntegerAggregates),
         ];
         analyzer_rules.extend(default_state.analyzer().rules.iter().cloned());
         let ctx = SessionContext::new_with_state(
@@ -224,6 +225,9 @@ impl Engine {
             ctx.state_ref()
                 .write()
                 .register_expr_planner(Arc::new(interval_arithmetic::IntervalProducts))?;
+            ctx.state_ref()
+                .write()
+                .register_expr_planner(Arc::new(date_difference::DateDifference))?;
         }
         ctx.catalog(DATABASE_NAME)
             .expect("default catalog exists")

@@ -62,7 +62,7 @@ fn out_of_range(what: &str) -> EddyError {
     )
 }
 
-fn numeric_overflow() -> EddyError {
+pub(super) fn numeric_overflow() -> EddyError {
     EddyError::new(
         sqlstate::NUMERIC_VALUE_OUT_OF_RANGE,
         "numeric field overflow",

@@ -611,7 +611,10 @@ impl HashAgg {
                     let a = exact::ExactColumn::of(&a)?;
                     for (i, (g, sign)) in ids.iter().zip(signs).enumerate() {
                         if let Some(v) = a.get(i) {
-                            sums[*g] += v * *sign as i128;
+                            // A sum beyond 128 bits is beyond any numeric's 38 digits.
+                            sums[*g] = sums[*g]
+                                .checked_add(v * *sign as i128)
+                                .ok_or_else(exact::numeric_overflow)?;
                             n[*g] += sign;
                         }
                     }

@@ -1,7 +1,11 @@
-//! `avg` of integers is a `numeric`, as in PostgreSQL and RisingWave, not DataFusion's
-//! `double precision`: RisingWave divides the exact sum by the count as a decimal
-//! (`avg` of 2 and 3 is `2.50`, of 1, 2 and 2 is `1.6666666666666666666666666667`).
+//! Aggregates of integers typed as PostgreSQL and RisingWave type them, where DataFusion
+//! differs: `sum` of `bigint` is a `numeric` (it cannot overflow), and `avg` of any
+//! integer is a `numeric`, not a `double precision`: RisingWave divides the exact sum by
+//! the count as a decimal (`avg` of 2 and 3 is `2.50`, of 1, 2 and 2 is
+//! `1.6666666666666666666666666667`).
 //!
+//! A `sum` of `bigint` becomes the sum of its argument cast to `numeric` (a cast does not
+//! change the column's name).
 //! Run before type coercion, this rule replaces every `avg(x)` of an integer `x` in an
 //! aggregate by `sum(x::numeric)` and `count(x)` (with the same `DISTINCT` and `FILTER`)
 //! and puts a projection over the aggregate computing their quotient under the
@@ -17,7 +21,7 @@ use arrow::array::{Array, ArrayRef, AsArray, Decimal256Builder};
 use arrow::datatypes::{DataType, Decimal128Type, Int64Type, i256};
 use datafusion::common::config::ConfigOptions;
 use datafusion::common::tree_node::Transformed;
-use datafusion::common::{Column, DFSchemaRef, Result};
+use datafusion::common::{Column, DFSchema, DFSchemaRef, Result};
 use datafusion::functions_aggregate::count::count_udaf;
 use datafusion::functions_aggregate::sum::sum_udaf;
 use datafusion::logical_expr::expr::{
@@ -35,19 +39,33 @@ use std::sync::{Arc, LazyLock};
 const SUM_TYPE: DataType = DataType::Decimal128(38, 0);
 
 #[derive(Debug, Default)]
-pub struct IntegerAverage;
+pub struct IntegerAggregates;
 
-impl AnalyzerRule for IntegerAverage {
+impl AnalyzerRule for IntegerAggregates {
     fn analyze(&self, plan: LogicalPlan, _config: &ConfigOptions) -> Result<LogicalPlan> {
         let split = plan.transform_up_with_subqueries(|node| match node {
-            LogicalPlan::Aggregate(aggregate) => split_averages(aggregate),
-            LogicalPlan::Window(window) => split_window_averages(window),
+            LogicalPlan::Aggregate(aggregate) => {
+                let widened = widen_aggregate_sums(aggregate)?;
+                let split = split_averages(widened.data)?;
+                Ok(Transformed::new_transformed(
+                    split.data,
+                    widened.transformed || split.transformed,
+                ))
+            }
+            LogicalPlan::Window(window) => {
+                let widened = widen_window_sums(window)?;
+                let split = split_window_averages(widened.data)?;
+                Ok(Transformed::new_transformed(
+                    split.data,
+                    widened.transformed || split.transformed,
+                ))
+            }
             other => Ok(Transformed::no(other)),
         })?;
         if !split.transformed {
             return Ok(split.data);
         }
-        // The nodes above an average typed it `double precision`.
+        // The nodes above typed the changed aggregates as DataFusion does.
         split
             .data
             .transform_up_with_subqueries(|node| node.recompute_schema().map(Transformed::yes))
@@ -55,7 +73,72 @@ impl AnalyzerRule for IntegerAverage {
     }
 
     fn name(&self) -> &str {
-        "eddy_integer_average"
+        "eddy_integer_aggregates"
+    }
+}
+
+/// `sum(x)` of a `bigint` `x` as `sum(x::numeric)`, under an alias or not.
+fn widened_sum(e: &Expr, schema: &DFSchema) -> Result<Option<Expr>> {
+    let is_bigint = |arg: &Expr| arg.get_type(schema).is_ok_and(|t| t == DataType::Int64);
+    Ok(match e {
+        Expr::Alias(alias) => widened_sum(&alias.expr, schema)?
+            .map(|inner| inner.alias_qualified(alias.relation.clone(), alias.name.clone())),
+        Expr::AggregateFunction(call)
+            if call.func.name() == "sum"
+                && matches!(call.params.args.as_slice(), [arg] if is_bigint(arg)) =>
+        {
+            let mut call = call.clone();
+            call.params.args[0] = call.params.args[0].clone().cast_to(&SUM_TYPE, schema)?;
+            Some(Expr::AggregateFunction(call))
+        }
+        Expr::WindowFunction(call)
+            if matches!(&call.fun, WindowFunctionDefinition::AggregateUDF(f) if f.name() == "sum")
+                && matches!(call.params.args.as_slice(), [arg] if is_bigint(arg)) =>
+        {
+            let mut call = call.clone();
+            call.params.args[0] = call.params.args[0].clone().cast_to(&SUM_TYPE, schema)?;
+            Some(Expr::WindowFunction(call))
+        }
+        _ => None,
+    })
+}
+
+/// Every expression of `exprs` with its `bigint` sums widened; `None` if there is none.
+fn widen_sums(exprs: &[Expr], schema: &DFSchema) -> Result<Option<Vec<Expr>>> {
+    let mut any = false;
+    let widened = exprs
+        .iter()
+        .map(|e| {
+            Ok(match widened_sum(e, schema)? {
+                Some(w) => {
+                    any = true;
+                    w
+                }
+                None => e.clone(),
+            })
+        })
+        .collect::<Result<Vec<_>>>()?;
+    Ok(any.then_some(widened))
+}
+
+fn widen_aggregate_sums(aggregate: Aggregate) -> Result<Transformed<Aggregate>> {
+    match widen_sums(&aggregate.aggr_expr, aggregate.input.schema())? {
+        Some(aggr_expr) => Ok(Transformed::yes(Aggregate::try_new(
+            aggregate.input,
+            aggregate.group_expr,
+            aggr_expr,
+        )?)),
+        None => Ok(Transformed::no(aggregate)),
+    }
+}
+
+fn widen_window_sums(window: Window) -> Result<Transformed<Window>> {
+    match widen_sums(&window.window_expr, window.input.schema())? {
+        Some(window_expr) => Ok(Transformed::yes(Window::try_new(
+            window_expr,
+            window.input,
+        )?)),
+        None => Ok(Transformed::no(window)),
     }
 }
 
