@@ -4,6 +4,10 @@
 //! `eddy_interval_mul(interval, factor)`, computed as PostgreSQL does: the fraction of the
 //! scaled months spills into days (30 a month), the fraction of the days into time (24
 //! hours a day), and time is kept to the microsecond.
+//!
+//! Expressions of interval type that are not literals are scaled by
+//! [`IntervalProducts`], and intervals are compared by their span by
+//! [`IntervalComparisons`]: both are expression planners, which see the operands' types.
 
 use arrow::array::{Array, AsArray, IntervalMonthDayNanoArray};
 use arrow::datatypes::{DataType, IntervalMonthDayNano, IntervalUnit};
@@ -11,15 +15,15 @@ use datafusion::common::{DFSchema, Result};
 use datafusion::logical_expr::expr::ScalarFunction;
 use datafusion::logical_expr::planner::{ExprPlanner, PlannerResult, RawBinaryExpr};
 use datafusion::logical_expr::{
-    ColumnarValue, Expr as PlanExpr, ExprSchemable, ScalarFunctionArgs, ScalarUDF, ScalarUDFImpl,
-    Signature, Volatility, lit,
+    ColumnarValue, Expr as PlanExpr, ExprSchemable, Operator, ScalarFunctionArgs, ScalarUDF,
+    ScalarUDFImpl, Signature, Volatility, binary_expr, lit,
 };
 use datafusion::sql::sqlparser::ast::{
     BinaryOperator, CastKind, DataType as SqlType, Expr, Function, FunctionArg, FunctionArgExpr,
     FunctionArgumentList, FunctionArguments, Ident, ObjectName, VisitorMut,
 };
 use std::ops::ControlFlow;
-use std::sync::Arc;
+use std::sync::{Arc, LazyLock};
 
 pub const INTERVAL_MUL: &str = "eddy_interval_mul";
 
@@ -194,9 +198,122 @@ impl ScalarUDFImpl for IntervalMul {
     }
 }
 
+/// Comparisons of intervals as PostgreSQL makes them: by their whole span, a month
+/// counting 30 days and a day 24 hours (`interval '36 hours' > interval '1 day'`, and
+/// `'24 hours' = '1 day'`). Arrow compares months, then days, then time. Text compared
+/// with an interval is read as an interval.
+#[derive(Debug)]
+pub struct IntervalComparisons;
+
+impl ExprPlanner for IntervalComparisons {
+    fn plan_binary_op(
+        &self,
+        expr: RawBinaryExpr,
+        schema: &DFSchema,
+    ) -> Result<PlannerResult<RawBinaryExpr>> {
+        let op = match expr.op {
+            BinaryOperator::Eq => Operator::Eq,
+            BinaryOperator::NotEq => Operator::NotEq,
+            BinaryOperator::Lt => Operator::Lt,
+            BinaryOperator::LtEq => Operator::LtEq,
+            BinaryOperator::Gt => Operator::Gt,
+            BinaryOperator::GtEq => Operator::GtEq,
+            _ => return Ok(PlannerResult::Original(expr)),
+        };
+        let type_of = |e: &PlanExpr| e.get_type(schema).ok();
+        let is_interval =
+            |t: &Option<DataType>| matches!(t, Some(DataType::Interval(_) | DataType::Duration(_)));
+        let is_text = |t: &Option<DataType>| {
+            matches!(
+                t,
+                Some(DataType::Utf8 | DataType::Utf8View | DataType::LargeUtf8)
+            )
+        };
+        let (left, right) = (type_of(&expr.left), type_of(&expr.right));
+        let comparable = (is_interval(&left) && (is_interval(&right) || is_text(&right)))
+            || (is_text(&left) && is_interval(&right));
+        if !comparable {
+            return Ok(PlannerResult::Original(expr));
+        }
+        let span = |e: PlanExpr| -> Result<PlanExpr> {
+            let interval = e.cast_to(&DataType::Interval(IntervalUnit::MonthDayNano), schema)?;
+            Ok(PlanExpr::ScalarFunction(ScalarFunction::new_udf(
+                span_udf(),
+                vec![interval],
+            )))
+        };
+        Ok(PlannerResult::Planned(binary_expr(
+            span(expr.left)?,
+            op,
+            span(expr.right)?,
+        )))
+    }
+}
+
+/// An interval's span in nanoseconds (30-day months, 24-hour days), the key PostgreSQL
+/// compares intervals by.
+pub fn span_udf() -> Arc<ScalarUDF> {
+    static UDF: LazyLock<Arc<ScalarUDF>> = LazyLock::new(|| {
+        Arc::new(ScalarUDF::new_from_impl(IntervalSpan {
+            signature: Signature::exact(
+                vec![DataType::Interval(IntervalUnit::MonthDayNano)],
+                Volatility::Immutable,
+            ),
+        }))
+    });
+    UDF.clone()
+}
+
+#[derive(Debug, PartialEq, Eq, Hash)]
+struct IntervalSpan {
+    signature: Signature,
+}
+
+const NANOS_PER_DAY: i128 = 86_400_000_000_000;
+
+pub fn span(v: IntervalMonthDayNano) -> i128 {
+    (v.months as i128 * 30 + v.days as i128) * NANOS_PER_DAY + v.nanoseconds as i128
+}
+
+impl ScalarUDFImpl for IntervalSpan {
+    fn name(&self) -> &str {
+        "eddy_interval_span"
+    }
+
+    fn signature(&self) -> &Signature {
+        &self.signature
+    }
+
+    fn return_type(&self, _args: &[DataType]) -> Result<DataType> {
+        Ok(DataType::Decimal128(38, 0))
+    }
+
+    fn invoke_with_args(&self, args: ScalarFunctionArgs) -> Result<ColumnarValue> {
+        let arrays = ColumnarValue::values_to_arrays(&args.args)?;
+        let intervals = arrays[0].as_primitive::<arrow::datatypes::IntervalMonthDayNanoType>();
+        let spans: arrow::array::Decimal128Array = intervals.unary(span);
+        Ok(ColumnarValue::Array(Arc::new(
+            spans.with_precision_and_scale(38, 0)?,
+        )))
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn spans_count_30_day_months_and_24_hour_days() {
+        let day = IntervalMonthDayNano::new(0, 1, 0);
+        let hours_24 = IntervalMonthDayNano::new(0, 0, 86_400_000_000_000);
+        assert_eq!(span(day), span(hours_24));
+        assert_eq!(
+            span(IntervalMonthDayNano::new(1, 0, 0)),
+            span(IntervalMonthDayNano::new(0, 30, 0))
+        );
+        assert!(span(IntervalMonthDayNano::new(0, 0, 90_000_000_000_000)) > span(day));
+        assert!(span(IntervalMonthDayNano::new(0, -1, 0)) < span(hours_24));
+    }
 
     #[test]
     fn scales_as_postgresql_does() {

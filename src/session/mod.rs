@@ -227,6 +227,9 @@ impl Engine {
                 .register_expr_planner(Arc::new(interval_arithmetic::IntervalProducts))?;
             ctx.state_ref()
                 .write()
+                .register_expr_planner(Arc::new(interval_arithmetic::IntervalComparisons))?;
+            ctx.state_ref()
+                .write()
                 .register_expr_planner(Arc::new(date_difference::DateDifference))?;
         }
         ctx.catalog(DATABASE_NAME)
