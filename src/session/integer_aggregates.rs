@@ -28,8 +28,8 @@ use datafusion::logical_expr::expr::{
     AggregateFunction, ScalarFunction, WindowFunction, WindowFunctionDefinition,
 };
 use datafusion::logical_expr::{
-    Aggregate, ColumnarValue, Expr, ExprSchemable, LogicalPlan, Projection, ScalarFunctionArgs,
-    ScalarUDF, ScalarUDFImpl, Signature, Volatility, Window,
+    Aggregate, AggregateUDF, ColumnarValue, Expr, ExprSchemable, LogicalPlan, Projection,
+    ScalarFunctionArgs, ScalarUDF, ScalarUDFImpl, Signature, Volatility, Window,
 };
 use datafusion::optimizer::AnalyzerRule;
 use rust_decimal::Decimal;
@@ -230,6 +230,26 @@ fn sum_name(average: &Expr) -> String {
     format!("{} numeric sum", average.schema_name())
 }
 
+/// The numeric sum (named after the average) and the count standing in for `average`
+/// when its one argument is an integer; `None` otherwise. `call_with` makes the same call
+/// (its `DISTINCT`, `FILTER`, window) of another aggregate function on another argument.
+fn integer_sum_and_count(
+    average: &Expr,
+    args: &[Expr],
+    schema: &DFSchema,
+    call_with: impl Fn(Arc<AggregateUDF>, Expr) -> Expr,
+) -> Result<Option<(Expr, Expr)>> {
+    let [arg] = args else {
+        return Ok(None);
+    };
+    if !arg.get_type(schema).is_ok_and(|t| t.is_integer()) {
+        return Ok(None);
+    }
+    let sum = call_with(sum_udaf(), arg.clone().cast_to(&SUM_TYPE, schema)?);
+    let count = call_with(count_udaf(), arg.clone());
+    Ok(Some((sum.alias(sum_name(average)), count)))
+}
+
 fn split_averages(aggregate: Aggregate) -> Result<Transformed<LogicalPlan>> {
     let input_schema = aggregate.input.schema().clone();
     let sum_and_count = |e: &Expr| -> Result<Option<(Expr, Expr)>> {
@@ -237,13 +257,7 @@ fn split_averages(aggregate: Aggregate) -> Result<Transformed<LogicalPlan>> {
             return Ok(None);
         };
         let params = &call.params;
-        let [arg] = params.args.as_slice() else {
-            return Ok(None);
-        };
-        if !arg.get_type(&input_schema).is_ok_and(|t| t.is_integer()) {
-            return Ok(None);
-        }
-        let with_params = |func, arg| {
+        integer_sum_and_count(e, &params.args, &input_schema, |func, arg| {
             Expr::AggregateFunction(AggregateFunction::new_udf(
                 func,
                 vec![arg],
@@ -252,10 +266,7 @@ fn split_averages(aggregate: Aggregate) -> Result<Transformed<LogicalPlan>> {
                 params.order_by.clone(),
                 params.null_treatment,
             ))
-        };
-        let sum = with_params(sum_udaf(), arg.clone().cast_to(&SUM_TYPE, &input_schema)?);
-        let count = with_params(count_udaf(), arg.clone());
-        Ok(Some((sum.alias(sum_name(e)), count)))
+        })
     };
     let Some((aggregates, outputs)) = split_expressions(&aggregate.aggr_expr, sum_and_count)?
     else {
@@ -274,23 +285,14 @@ fn split_window_averages(window: Window) -> Result<Transformed<LogicalPlan>> {
         let Some(call) = window_average_call(e) else {
             return Ok(None);
         };
-        let [arg] = call.params.args.as_slice() else {
-            return Ok(None);
-        };
-        if !arg.get_type(&input_schema).is_ok_and(|t| t.is_integer()) {
-            return Ok(None);
-        }
-        let over = |func, arg| {
+        integer_sum_and_count(e, &call.params.args, &input_schema, |func, arg| {
             let mut params = call.params.clone();
             params.args = vec![arg];
             Expr::WindowFunction(Box::new(WindowFunction {
                 fun: WindowFunctionDefinition::AggregateUDF(func),
                 params,
             }))
-        };
-        let sum = over(sum_udaf(), arg.clone().cast_to(&SUM_TYPE, &input_schema)?);
-        let count = over(count_udaf(), arg.clone());
-        Ok(Some((sum.alias(sum_name(e)), count)))
+        })
     };
     let Some((window_exprs, outputs)) = split_expressions(&window.window_expr, sum_and_count)?
     else {
