@@ -17,8 +17,8 @@ use datafusion::common::tree_node::Transformed;
 use datafusion::common::{Column, Result};
 use datafusion::logical_expr::expr::ScalarFunction;
 use datafusion::logical_expr::{
-    ColumnarValue, Expr, LogicalPlan, Projection, ScalarFunctionArgs, ScalarUDF, ScalarUDFImpl,
-    Signature, TableScan, Volatility,
+    ColumnarValue, Expr, ExprSchemable, LogicalPlan, Projection, ScalarFunctionArgs, ScalarUDF,
+    ScalarUDFImpl, Signature, TableScan, Volatility,
 };
 use datafusion::optimizer::AnalyzerRule;
 use std::sync::Arc;
@@ -26,14 +26,19 @@ use std::sync::Arc;
 #[derive(Debug)]
 pub struct PostgresColumnTypes {
     type_names: Arc<ScalarUDF>,
+    max_lengths: Arc<ScalarUDF>,
 }
 
 impl PostgresColumnTypes {
     pub fn new(catalog: Arc<Catalog>) -> Self {
         Self {
             type_names: Arc::new(ScalarUDF::new_from_impl(ColumnTypeName {
-                catalog,
+                catalog: catalog.clone(),
                 signature: Signature::exact(vec![DataType::Utf8; 4], Volatility::Stable),
+            })),
+            max_lengths: Arc::new(ScalarUDF::new_from_impl(ColumnMaxLength {
+                catalog,
+                signature: Signature::exact(vec![DataType::Utf8; 3], Volatility::Stable),
             })),
         }
     }
@@ -60,7 +65,8 @@ fn is_columns_table(scan: &TableScan) -> bool {
 }
 
 impl PostgresColumnTypes {
-    /// The scan under a projection that replaces `data_type` by PostgreSQL's name.
+    /// The scan under a projection that replaces `data_type` by PostgreSQL's name and
+    /// fills `character_maximum_length` with a `varchar(n)`'s `n`.
     fn name_types(&self, scan: TableScan) -> Result<LogicalPlan> {
         let schema = scan.projected_schema.clone();
         let column = |name: &str| {
@@ -79,15 +85,27 @@ impl PostgresColumnTypes {
         };
         let named = Expr::ScalarFunction(ScalarFunction::new_udf(
             self.type_names.clone(),
-            vec![table_schema, table, name, arrow_type],
+            vec![
+                table_schema.clone(),
+                table.clone(),
+                name.clone(),
+                arrow_type,
+            ],
+        ));
+        let max_length = Expr::ScalarFunction(ScalarFunction::new_udf(
+            self.max_lengths.clone(),
+            vec![table_schema, table, name],
         ));
         let exprs = schema
             .iter()
             .map(|(qualifier, field)| {
-                let expr = if field.name() == "data_type" {
-                    named.clone()
-                } else {
-                    Expr::Column(Column::new(qualifier.cloned(), field.name()))
+                let expr = match field.name().as_str() {
+                    "data_type" => named.clone(),
+                    "character_maximum_length" => max_length
+                        .clone()
+                        .cast_to(field.data_type(), &schema)
+                        .unwrap_or_else(|_| max_length.clone()),
+                    _ => Expr::Column(Column::new(qualifier.cloned(), field.name())),
                 };
                 expr.alias_qualified(qualifier.cloned(), field.name())
             })
@@ -147,16 +165,12 @@ impl ScalarUDFImpl for ColumnTypeName {
                 out.append_null();
                 continue;
             }
-            let declared = (schemas.value(row) == "public")
-                .then(|| self.catalog.get(tables.value(row)))
-                .flatten()
-                .and_then(|relation| {
-                    relation
-                        .columns
-                        .into_iter()
-                        .find(|c| c.name == columns.value(row))
-                        .map(|c| c.sql_type)
-                });
+            let declared = declared_type(
+                &self.catalog,
+                schemas.value(row),
+                tables.value(row),
+                columns.value(row),
+            );
             let name = match declared {
                 Some(sql_type) => information_schema_name(&sql_type).to_string(),
                 None => arrow_type_name(arrow_types.value(row)),
@@ -164,6 +178,78 @@ impl ScalarUDFImpl for ColumnTypeName {
             out.append_value(name);
         }
         Ok(ColumnarValue::Array(Arc::new(out.finish())))
+    }
+}
+
+/// The type a table or view of the catalog declares for a column (`None` for system
+/// tables).
+fn declared_type(catalog: &Catalog, schema: &str, table: &str, column: &str) -> Option<SqlType> {
+    if schema != "public" {
+        return None;
+    }
+    catalog
+        .get(table)?
+        .columns
+        .into_iter()
+        .find(|c| c.name == column)
+        .map(|c| c.sql_type)
+}
+
+/// `(table_schema, table_name, column_name) -> n` of a `varchar(n)` column, else NULL.
+#[derive(Debug)]
+struct ColumnMaxLength {
+    catalog: Arc<Catalog>,
+    signature: Signature,
+}
+
+impl PartialEq for ColumnMaxLength {
+    fn eq(&self, other: &Self) -> bool {
+        Arc::ptr_eq(&self.catalog, &other.catalog)
+    }
+}
+
+impl Eq for ColumnMaxLength {}
+
+impl std::hash::Hash for ColumnMaxLength {
+    fn hash<H: std::hash::Hasher>(&self, state: &mut H) {
+        self.name().hash(state)
+    }
+}
+
+impl ScalarUDFImpl for ColumnMaxLength {
+    fn name(&self) -> &str {
+        "eddy_information_schema_max_length"
+    }
+
+    fn signature(&self) -> &Signature {
+        &self.signature
+    }
+
+    fn return_type(&self, _args: &[DataType]) -> Result<DataType> {
+        Ok(DataType::UInt64)
+    }
+
+    fn invoke_with_args(&self, args: ScalarFunctionArgs) -> Result<ColumnarValue> {
+        let arrays: Vec<ArrayRef> = ColumnarValue::values_to_arrays(&args.args)?;
+        let [schemas, tables, columns] = arrays.as_slice() else {
+            unreachable!("the signature takes three arguments")
+        };
+        let (schemas, tables) = (schemas.as_string::<i32>(), tables.as_string::<i32>());
+        let columns = columns.as_string::<i32>();
+        let lengths: arrow::array::UInt64Array = (0..args.number_rows)
+            .map(|row| {
+                match declared_type(
+                    &self.catalog,
+                    schemas.value(row),
+                    tables.value(row),
+                    columns.value(row),
+                ) {
+                    Some(SqlType::Varchar(Some(n))) => Some(n),
+                    _ => None,
+                }
+            })
+            .collect();
+        Ok(ColumnarValue::Array(Arc::new(lengths)))
     }
 }
 
