@@ -43,33 +43,49 @@ pub fn display_decimal(value: i128, precision: u8, scale: i8) -> (i128, i8) {
     (value, scale)
 }
 
-/// The type of an average of integers: RisingWave divides the exact sum by the count as a
-/// 96-bit decimal (at most 28 fractional digits), and keeps the scale its division leaves,
-/// which is not always the shortest (`avg` of 2 and 3 is `2.50`). A column has one scale
-/// in Arrow, so these are stored at scale 28 and [`display_decimal256`] finds the scale
-/// RisingWave shows. The wide type makes room for 48 integer digits.
-pub const INTEGER_AVERAGE_TYPE: DataType =
-    DataType::Decimal256(INTEGER_AVERAGE_PRECISION, INTEGER_AVERAGE_SCALE);
-pub const INTEGER_AVERAGE_PRECISION: u8 = 76;
-pub const INTEGER_AVERAGE_SCALE: i8 = 28;
+/// The type of an average of integers or decimals: RisingWave divides the exact sum by
+/// the count as a 96-bit decimal (at most 28 fractional digits), and keeps the scale its
+/// division leaves, which is not always the shortest (`avg` of 2 and 3 is `2.50`). A
+/// column has one scale in Arrow, so these are stored at scale 28 and
+/// [`display_decimal256`] finds the scale RisingWave shows, which depends on the scale
+/// of the sum: the precision carries it (76 for a sum of integers, 76 - s for a sum of
+/// scale s), always leaving room for the 38 - s integer digits such a sum has.
+pub const fn average_type(sum_scale: i8) -> DataType {
+    DataType::Decimal256(AVERAGE_PRECISION - sum_scale as u8, AVERAGE_SCALE)
+}
+pub const INTEGER_AVERAGE_TYPE: DataType = average_type(0);
+const AVERAGE_PRECISION: u8 = 76;
+pub const AVERAGE_SCALE: i8 = 28;
+
+/// The scale of the sum an [`average_type`] divided, `None` for other types.
+fn averaged_sum_scale(precision: u8, scale: i8) -> Option<i8> {
+    (scale == AVERAGE_SCALE && (48..=AVERAGE_PRECISION).contains(&precision))
+        .then(|| (AVERAGE_PRECISION - precision) as i8)
+}
 
 /// The value and scale a 256-bit decimal is shown with, `None` when the value needs more
-/// than 128 bits. Averages of integers ([`INTEGER_AVERAGE_TYPE`]) get RisingWave's scale;
-/// other wide decimals (arithmetic on them) are shown as 128-bit ones are.
+/// than 128 bits. Averages ([`average_type`]) get RisingWave's scale; other wide decimals
+/// (arithmetic on them) are shown as 128-bit ones are.
 pub fn display_decimal256(value: i256, precision: u8, scale: i8) -> Option<(i128, i8)> {
-    let is_average = DataType::Decimal256(precision, scale) == INTEGER_AVERAGE_TYPE;
+    let sum_scale = averaged_sum_scale(precision, scale);
     let ten = i256::from_i128(10);
     let (mut value, mut scale) = (value, scale);
     // As for 128-bit decimals: a scale this wide came from unconstrained `numeric`.
-    let strip = is_average || scale >= DEFAULT_NUMERIC_SCALE;
+    let strip = sum_scale.is_some() || scale >= DEFAULT_NUMERIC_SCALE;
     while strip && scale > 0 && value.wrapping_rem(ten) == i256::ZERO {
         value = value.wrapping_div(ten);
         scale -= 1;
     }
     let mut value = value.to_i128()?;
-    if is_average && keeps_one_trailing_zero(value, scale) {
-        value = value.checked_mul(10)?;
-        scale += 1;
+    if let Some(sum_scale) = sum_scale {
+        if scale < sum_scale {
+            // An exact quotient keeps the sum's scale (`2.00 / 2` is `1.00`).
+            value = value.checked_mul(10i128.checked_pow((sum_scale - scale) as u32)?)?;
+            scale = sum_scale;
+        } else if keeps_one_trailing_zero(value, scale - sum_scale, scale) {
+            value = value.checked_mul(10)?;
+            scale += 1;
+        }
     }
     Some((value, scale))
 }
@@ -78,13 +94,14 @@ pub fn display_decimal256(value: i256, precision: u8, scale: i8) -> Option<(i128
 /// form has `scale` fractional digits. It extends a quotient with a remainder by nine
 /// digits at a time, then strips trailing zeros by 10^8 (only while the low 32 bits are
 /// zero), then once each by 10^4, 10^2 and 10: of the eight zeros a one-digit tail gets,
-/// one is left. An exact integer quotient is never extended.
-fn keeps_one_trailing_zero(shortest: i128, scale: i8) -> bool {
+/// one is left. An exact quotient is never extended. `added` is how many digits the
+/// shortest form has beyond the sum's scale.
+fn keeps_one_trailing_zero(shortest: i128, added: i8, scale: i8) -> bool {
     // A quotient that filled the 96 bits or the 28 digits was rounded, not extended.
     const DECIMAL_MANTISSA_LIMIT: i128 = 1 << 96;
-    if scale <= 0
-        || scale % 9 != 1
-        || scale >= 28
+    if added <= 0
+        || added % 9 != 1
+        || scale >= AVERAGE_SCALE
         || shortest.unsigned_abs() * 10 >= DECIMAL_MANTISSA_LIMIT as u128
     {
         return false;

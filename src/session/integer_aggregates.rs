@@ -1,12 +1,13 @@
 //! Aggregates of integers typed as PostgreSQL and RisingWave type them, where DataFusion
 //! differs: `sum` of `bigint` is a `numeric` (it cannot overflow), and `avg` of any
-//! integer is a `numeric`, not a `double precision`: RisingWave divides the exact sum by
-//! the count as a decimal (`avg` of 2 and 3 is `2.50`, of 1, 2 and 2 is
+//! integer is a `numeric`, not a `double precision`, and of a `numeric` is RisingWave's
+//! quotient, not DataFusion's (4 more digits than the input): RisingWave divides the
+//! exact sum by the count as a decimal (`avg` of 2 and 3 is `2.50`, of 1, 2 and 2 is
 //! `1.6666666666666666666666666667`).
 //!
 //! A `sum` of `bigint` becomes the sum of its argument cast to `numeric` (a cast does not
 //! change the column's name).
-//! Run before type coercion, this rule replaces every `avg(x)` of an integer `x` in an
+//! Run before type coercion, this rule replaces every `avg(x)` of an integer or decimal `x` in an
 //! aggregate by `sum(x::numeric)` and `count(x)` (with the same `DISTINCT` and `FILTER`)
 //! and puts a projection over the aggregate computing their quotient under the
 //! average's name. Batch queries and materialized views then need nothing of their own:
@@ -14,9 +15,7 @@
 //! `avg(x) OVER (...)` of integers is split the same way, into `sum` and `count` over
 //! the same window.
 
-use crate::catalog::types::{
-    INTEGER_AVERAGE_PRECISION, INTEGER_AVERAGE_SCALE, INTEGER_AVERAGE_TYPE,
-};
+use crate::catalog::types::{AVERAGE_SCALE, average_type};
 use arrow::array::{Array, ArrayRef, AsArray, Decimal256Builder};
 use arrow::datatypes::{DataType, Decimal128Type, Int64Type, i256};
 use datafusion::common::config::ConfigOptions;
@@ -231,7 +230,8 @@ fn sum_name(average: &Expr) -> String {
 }
 
 /// The numeric sum (named after the average) and the count standing in for `average`
-/// when its one argument is an integer; `None` otherwise. `call_with` makes the same call
+/// when its one argument is an integer or a decimal; `None` otherwise (floats keep
+/// DataFusion's `double precision` average, as in PostgreSQL). `call_with` makes the same call
 /// (its `DISTINCT`, `FILTER`, window) of another aggregate function on another argument.
 fn integer_sum_and_count(
     average: &Expr,
@@ -242,10 +242,14 @@ fn integer_sum_and_count(
     let [arg] = args else {
         return Ok(None);
     };
-    if !arg.get_type(schema).is_ok_and(|t| t.is_integer()) {
-        return Ok(None);
-    }
-    let sum = call_with(sum_udaf(), arg.clone().cast_to(&SUM_TYPE, schema)?);
+    let sum_type = match arg.get_type(schema) {
+        Ok(t) if t.is_integer() => SUM_TYPE,
+        Ok(DataType::Decimal128(_, scale)) if (0..=AVERAGE_SCALE).contains(&scale) => {
+            DataType::Decimal128(38, scale)
+        }
+        _ => return Ok(None),
+    };
+    let sum = call_with(sum_udaf(), arg.clone().cast_to(&sum_type, schema)?);
     let count = call_with(count_udaf(), arg.clone());
     Ok(Some((sum.alias(sum_name(average)), count)))
 }
@@ -324,7 +328,7 @@ fn window_average_call(e: &Expr) -> Option<&WindowFunction> {
     }
 }
 
-/// `sum / count` as RisingWave divides them ([`INTEGER_AVERAGE_TYPE`]).
+/// `sum / count` as RisingWave divides them ([`average_type`] of the sum's scale).
 pub fn quotient_udf() -> Arc<ScalarUDF> {
     static UDF: LazyLock<Arc<ScalarUDF>> =
         LazyLock::new(|| Arc::new(ScalarUDF::new_from_impl(AverageQuotient::new())));
@@ -339,7 +343,7 @@ struct AverageQuotient {
 impl AverageQuotient {
     fn new() -> Self {
         Self {
-            signature: Signature::exact(vec![SUM_TYPE, DataType::Int64], Volatility::Immutable),
+            signature: Signature::any(2, Volatility::Immutable),
         }
     }
 }
@@ -353,8 +357,11 @@ impl ScalarUDFImpl for AverageQuotient {
         &self.signature
     }
 
-    fn return_type(&self, _args: &[DataType]) -> Result<DataType> {
-        Ok(INTEGER_AVERAGE_TYPE)
+    fn return_type(&self, args: &[DataType]) -> Result<DataType> {
+        match args {
+            [DataType::Decimal128(_, scale), DataType::Int64] => Ok(average_type(*scale)),
+            other => datafusion::common::internal_err!("an average of {other:?}"),
+        }
     }
 
     fn invoke_with_args(&self, args: ScalarFunctionArgs) -> Result<ColumnarValue> {
@@ -362,34 +369,36 @@ impl ScalarUDFImpl for AverageQuotient {
         let arrays = ColumnarValue::values_to_arrays(&args.args)?;
         let sums = arrays[0].as_primitive::<Decimal128Type>();
         let counts = arrays[1].as_primitive::<Int64Type>();
+        let sum_scale = sums.scale();
         let mut out = Decimal256Builder::with_capacity(rows);
         for row in 0..rows {
             if sums.is_null(row) || counts.is_null(row) || counts.value(row) == 0 {
                 out.append_null();
             } else {
-                out.append_value(average(sums.value(row), counts.value(row)));
+                out.append_value(average(sums.value(row), sum_scale, counts.value(row)));
             }
         }
-        let array: ArrayRef = Arc::new(
-            out.finish()
-                .with_precision_and_scale(INTEGER_AVERAGE_PRECISION, INTEGER_AVERAGE_SCALE)?,
-        );
+        let DataType::Decimal256(precision, scale) = average_type(sum_scale) else {
+            unreachable!("an average is a 256-bit decimal")
+        };
+        let array: ArrayRef = Arc::new(out.finish().with_precision_and_scale(precision, scale)?);
         Ok(ColumnarValue::Array(array))
     }
 }
 
-/// The average at scale 28: RisingWave's quotient (a 96-bit decimal division) when the
-/// sum fits one, else the quotient rounded half away from zero at scale 28.
-fn average(sum: i128, count: i64) -> i256 {
-    let scale_28 = i256::from_i128(10).wrapping_pow(28);
-    if let Ok(sum) = Decimal::try_from_i128_with_scale(sum, 0)
+/// The average of a sum at `sum_scale`, at scale 28: RisingWave's quotient (a 96-bit
+/// decimal division) when the sum fits one, else the quotient rounded half away from
+/// zero at scale 28.
+fn average(sum: i128, sum_scale: i8, count: i64) -> i256 {
+    let ten = i256::from_i128(10);
+    if let Ok(sum) = Decimal::try_from_i128_with_scale(sum, sum_scale as u32)
         && let Some(quotient) = sum.checked_div(Decimal::from(count))
     {
-        let shift = i256::from_i128(10).wrapping_pow(28 - quotient.scale());
+        let shift = ten.wrapping_pow(AVERAGE_SCALE as u32 - quotient.scale());
         return i256::from_i128(quotient.mantissa()).wrapping_mul(shift);
     }
     let (numerator, count) = (
-        i256::from_i128(sum).wrapping_mul(scale_28),
+        i256::from_i128(sum).wrapping_mul(ten.wrapping_pow((AVERAGE_SCALE - sum_scale) as u32)),
         i256::from(count),
     );
     let quotient = numerator.wrapping_div(count);
@@ -413,8 +422,24 @@ mod tests {
     use crate::pg_text::format_decimal;
 
     fn shown(sum: i128, count: i64) -> String {
-        let (value, scale) = display_decimal256(average(sum, count), 76, 28).unwrap();
+        shown_at(sum, 0, count)
+    }
+
+    fn shown_at(sum: i128, sum_scale: i8, count: i64) -> String {
+        let DataType::Decimal256(p, s) = average_type(sum_scale) else {
+            unreachable!()
+        };
+        let (value, scale) = display_decimal256(average(sum, sum_scale, count), p, s).unwrap();
         format_decimal(value, scale)
+    }
+
+    #[test]
+    fn averages_of_decimals_keep_at_least_the_sum_scale() {
+        assert_eq!(shown_at(105, 2, 1), "1.05");
+        assert_eq!(shown_at(200, 2, 2), "1.00");
+        assert_eq!(shown_at(1951, 2, 2), "9.7550");
+        assert_eq!(shown_at(725, 2, 1), "7.25");
+        assert_eq!(shown_at(100, 2, 3), "0.3333333333333333333333333333");
     }
 
     #[test]
@@ -438,11 +463,11 @@ mod tests {
     fn sums_beyond_96_bits_are_rounded_at_scale_28() {
         let huge = 10i128.pow(30);
         assert_eq!(
-            average(huge, 3),
+            average(huge, 0, 3),
             i256::from_string(&"3".repeat(58)).unwrap()
         );
         assert_eq!(
-            average(-2 * huge, 3),
+            average(-2 * huge, 0, 3),
             i256::from_string(&format!("-{}7", "6".repeat(57))).unwrap()
         );
     }
