@@ -32,14 +32,8 @@ pub struct PostgresColumnTypes {
 impl PostgresColumnTypes {
     pub fn new(catalog: Arc<Catalog>) -> Self {
         Self {
-            type_names: Arc::new(ScalarUDF::new_from_impl(ColumnTypeName {
-                catalog: catalog.clone(),
-                signature: Signature::exact(vec![DataType::Utf8; 4], Volatility::Stable),
-            })),
-            max_lengths: Arc::new(ScalarUDF::new_from_impl(ColumnMaxLength {
-                catalog,
-                signature: Signature::exact(vec![DataType::Utf8; 3], Volatility::Stable),
-            })),
+            type_names: DeclaredColumn::udf(catalog.clone(), Attribute::TypeName),
+            max_lengths: DeclaredColumn::udf(catalog, Attribute::MaxLength),
         }
     }
 }
@@ -117,30 +111,57 @@ impl PostgresColumnTypes {
     }
 }
 
-/// `(table_schema, table_name, column_name, arrow type) -> PostgreSQL's type name`.
+/// What [`DeclaredColumn`] gives for a column.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+enum Attribute {
+    /// `(table_schema, table_name, column_name, arrow type) -> PostgreSQL's type name`.
+    TypeName,
+    /// `(table_schema, table_name, column_name) -> n` of a `varchar(n)`, else NULL.
+    MaxLength,
+}
+
+/// A column's attribute from the type the catalog declares for it.
 #[derive(Debug)]
-struct ColumnTypeName {
+struct DeclaredColumn {
     catalog: Arc<Catalog>,
+    attribute: Attribute,
     signature: Signature,
 }
 
-impl PartialEq for ColumnTypeName {
+impl DeclaredColumn {
+    fn udf(catalog: Arc<Catalog>, attribute: Attribute) -> Arc<ScalarUDF> {
+        let arguments = match attribute {
+            Attribute::TypeName => 4,
+            Attribute::MaxLength => 3,
+        };
+        Arc::new(ScalarUDF::new_from_impl(Self {
+            catalog,
+            attribute,
+            signature: Signature::exact(vec![DataType::Utf8; arguments], Volatility::Stable),
+        }))
+    }
+}
+
+impl PartialEq for DeclaredColumn {
     fn eq(&self, other: &Self) -> bool {
-        Arc::ptr_eq(&self.catalog, &other.catalog)
+        Arc::ptr_eq(&self.catalog, &other.catalog) && self.attribute == other.attribute
     }
 }
 
-impl Eq for ColumnTypeName {}
+impl Eq for DeclaredColumn {}
 
-impl std::hash::Hash for ColumnTypeName {
+impl std::hash::Hash for DeclaredColumn {
     fn hash<H: std::hash::Hasher>(&self, state: &mut H) {
-        self.name().hash(state)
+        self.attribute.hash(state)
     }
 }
 
-impl ScalarUDFImpl for ColumnTypeName {
+impl ScalarUDFImpl for DeclaredColumn {
     fn name(&self) -> &str {
-        "eddy_information_schema_type"
+        match self.attribute {
+            Attribute::TypeName => "eddy_information_schema_type",
+            Attribute::MaxLength => "eddy_information_schema_max_length",
+        }
     }
 
     fn signature(&self) -> &Signature {
@@ -148,36 +169,51 @@ impl ScalarUDFImpl for ColumnTypeName {
     }
 
     fn return_type(&self, _args: &[DataType]) -> Result<DataType> {
-        Ok(DataType::Utf8)
+        Ok(match self.attribute {
+            Attribute::TypeName => DataType::Utf8,
+            Attribute::MaxLength => DataType::UInt64,
+        })
     }
 
     fn invoke_with_args(&self, args: ScalarFunctionArgs) -> Result<ColumnarValue> {
         let rows = args.number_rows;
         let arrays: Vec<ArrayRef> = ColumnarValue::values_to_arrays(&args.args)?;
-        let [schemas, tables, columns, arrow_types] = arrays.as_slice() else {
-            unreachable!("the signature takes four arguments")
-        };
-        let (schemas, tables) = (schemas.as_string::<i32>(), tables.as_string::<i32>());
-        let (columns, arrow_types) = (columns.as_string::<i32>(), arrow_types.as_string::<i32>());
-        let mut out = StringBuilder::with_capacity(rows, rows * 16);
-        for row in 0..rows {
-            if arrow_types.is_null(row) {
-                out.append_null();
-                continue;
-            }
-            let declared = declared_type(
+        let text = |i: usize| arrays[i].as_string::<i32>();
+        let (schemas, tables, columns) = (text(0), text(1), text(2));
+        let declared = |row: usize| {
+            declared_type(
                 &self.catalog,
                 schemas.value(row),
                 tables.value(row),
                 columns.value(row),
-            );
-            let name = match declared {
-                Some(sql_type) => information_schema_name(&sql_type).to_string(),
-                None => arrow_type_name(arrow_types.value(row)),
-            };
-            out.append_value(name);
-        }
-        Ok(ColumnarValue::Array(Arc::new(out.finish())))
+            )
+        };
+        let array: ArrayRef = match self.attribute {
+            Attribute::TypeName => {
+                let arrow_types = text(3);
+                let mut out = StringBuilder::with_capacity(rows, rows * 16);
+                for row in 0..rows {
+                    if arrow_types.is_null(row) {
+                        out.append_null();
+                        continue;
+                    }
+                    out.append_value(match declared(row) {
+                        Some(sql_type) => information_schema_name(&sql_type).to_string(),
+                        None => arrow_type_name(arrow_types.value(row)),
+                    });
+                }
+                Arc::new(out.finish())
+            }
+            Attribute::MaxLength => Arc::new(
+                (0..rows)
+                    .map(|row| match declared(row) {
+                        Some(SqlType::Varchar(Some(n))) => Some(n),
+                        _ => None,
+                    })
+                    .collect::<arrow::array::UInt64Array>(),
+            ),
+        };
+        Ok(ColumnarValue::Array(array))
     }
 }
 
@@ -193,64 +229,6 @@ fn declared_type(catalog: &Catalog, schema: &str, table: &str, column: &str) -> 
         .into_iter()
         .find(|c| c.name == column)
         .map(|c| c.sql_type)
-}
-
-/// `(table_schema, table_name, column_name) -> n` of a `varchar(n)` column, else NULL.
-#[derive(Debug)]
-struct ColumnMaxLength {
-    catalog: Arc<Catalog>,
-    signature: Signature,
-}
-
-impl PartialEq for ColumnMaxLength {
-    fn eq(&self, other: &Self) -> bool {
-        Arc::ptr_eq(&self.catalog, &other.catalog)
-    }
-}
-
-impl Eq for ColumnMaxLength {}
-
-impl std::hash::Hash for ColumnMaxLength {
-    fn hash<H: std::hash::Hasher>(&self, state: &mut H) {
-        self.name().hash(state)
-    }
-}
-
-impl ScalarUDFImpl for ColumnMaxLength {
-    fn name(&self) -> &str {
-        "eddy_information_schema_max_length"
-    }
-
-    fn signature(&self) -> &Signature {
-        &self.signature
-    }
-
-    fn return_type(&self, _args: &[DataType]) -> Result<DataType> {
-        Ok(DataType::UInt64)
-    }
-
-    fn invoke_with_args(&self, args: ScalarFunctionArgs) -> Result<ColumnarValue> {
-        let arrays: Vec<ArrayRef> = ColumnarValue::values_to_arrays(&args.args)?;
-        let [schemas, tables, columns] = arrays.as_slice() else {
-            unreachable!("the signature takes three arguments")
-        };
-        let (schemas, tables) = (schemas.as_string::<i32>(), tables.as_string::<i32>());
-        let columns = columns.as_string::<i32>();
-        let lengths: arrow::array::UInt64Array = (0..args.number_rows)
-            .map(|row| {
-                match declared_type(
-                    &self.catalog,
-                    schemas.value(row),
-                    tables.value(row),
-                    columns.value(row),
-                ) {
-                    Some(SqlType::Varchar(Some(n))) => Some(n),
-                    _ => None,
-                }
-            })
-            .collect();
-        Ok(ColumnarValue::Array(Arc::new(lengths)))
-    }
 }
 
 /// A type's name in `information_schema` (no length, precision or element type: those
