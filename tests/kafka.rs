@@ -117,6 +117,21 @@ fn text(v: &serde_json::Value) -> String {
     }
 }
 
+/// The `per_k` upsert topic folded by key, as rows in the view's column order.
+fn upsert_rows(messages: &[Received]) -> Vec<Vec<String>> {
+    let mut rows: Vec<Vec<String>> = fold_by_key(messages)
+        .values()
+        .map(|row| {
+            ["k", "n", "total", "last_ts", "first_name", "named"]
+                .iter()
+                .map(|c| text(&row[*c]))
+                .collect()
+        })
+        .collect();
+    rows.sort_by_key(|r| r[0].parse::<i64>().unwrap());
+    rows
+}
+
 /// Waits until the `per_k`-shaped view has counted `total` events (the jobs are shown
 /// if it does not within 180 s: CI runs every test at once on two cores, next to a debug
 /// build of the broker).
@@ -244,9 +259,19 @@ async fn kafka_view_and_upsert_sink_are_exact_across_kills() {
     )
     .await;
     assert_eq!(sink, vec![vec!["kafka", "t", "t"]]);
-    // The sink's topic, folded by key, is the view; exactly once, each key's count rises
-    // from message to message (a replayed epoch would send an older count again).
-    let per_k_messages = broker.read_all("per_k");
+    // The sink's topic, folded by key, is the view (once the sink has published the last
+    // epochs: it does so after their checkpoint commits, at the broker's pace); exactly
+    // once, each key's count rises from message to message (a replayed epoch would send
+    // an older count again).
+    let deadline = Instant::now() + Duration::from_secs(120);
+    let (per_k_messages, from_topic) = loop {
+        let messages = broker.read_all("per_k");
+        let folded = upsert_rows(&messages);
+        if folded == view || Instant::now() > deadline {
+            break (messages, folded);
+        }
+        tokio::time::sleep(Duration::from_millis(300)).await;
+    };
     let mut counts: BTreeMap<String, Vec<i64>> = BTreeMap::new();
     for m in &per_k_messages {
         let row: serde_json::Value = serde_json::from_str(m.value.as_deref().unwrap()).unwrap();
@@ -261,17 +286,6 @@ async fn kafka_view_and_upsert_sink_are_exact_across_kills() {
             "key {key}: each count sent once: {n:?}"
         );
     }
-    let folded = fold_by_key(&per_k_messages);
-    let mut from_topic: Vec<Vec<String>> = folded
-        .values()
-        .map(|row| {
-            ["k", "n", "total", "last_ts", "first_name", "named"]
-                .iter()
-                .map(|c| text(&row[*c]))
-                .collect()
-        })
-        .collect();
-    from_topic.sort_by_key(|r| r[0].parse::<i64>().unwrap());
     assert_eq!(from_topic, view, "the upsert topic folds to the view");
     // The exactly-once sink's topic: every selected record once, none twice, across the
     // kills (its epochs are published a checkpoint after they are counted).

@@ -10,6 +10,7 @@
 //! skips to the newest checkpoint; one that cannot be uploaded is not committed, and the
 //! jobs go on regardless.
 
+use super::commit_hooks::{self, CommitHook, CommitHooks, RoundEnd};
 use super::manifest::{CheckpointFile, Manifest};
 use super::storage::CheckpointStorage;
 use crate::catalog::Catalog;
@@ -80,8 +81,8 @@ pub struct Coordinator {
     staging_lock: tokio::sync::Mutex<()>,
     uploads: Mutex<Option<UnboundedReceiver<Staged>>>,
     /// Called, by name, with each committed epoch and the jobs its checkpoint holds (file
-    /// sinks publish the files they staged for it).
-    commit_hooks: Mutex<BTreeMap<String, CommitHook>>,
+    /// sinks publish the files they staged for it), on a task of their own.
+    commit_hooks: Arc<CommitHooks>,
     /// Called with the oldest epoch whose checkpoint is still kept, after old ones are
     /// deleted: what no restore can go back before (tables cut their change logs).
     retention_hook: Mutex<Option<RetentionHook>>,
@@ -89,10 +90,6 @@ pub struct Coordinator {
 
 /// See [`Coordinator::set_retention_hook`].
 pub type RetentionHook = Arc<dyn Fn(u64) + Send + Sync>;
-
-/// Runs once a checkpoint is committed, before `FLUSH` returns.
-pub type CommitHook =
-    Arc<dyn Fn(u64, &[String]) -> futures::future::BoxFuture<'static, ()> + Send + Sync>;
 
 /// Where local checkpoints are staged.
 /// The least time between an early barrier (asked for by a full state cache) and the
@@ -144,7 +141,7 @@ impl Coordinator {
             to_upload,
             staging_lock: tokio::sync::Mutex::new(()),
             uploads: Mutex::new(Some(uploads)),
-            commit_hooks: Mutex::new(BTreeMap::new()),
+            commit_hooks: Arc::new(CommitHooks::new()),
             retention_hook: Mutex::new(None),
         }
     }
@@ -170,11 +167,11 @@ impl Coordinator {
 
     /// Calls `hook` after every committed checkpoint (replacing a hook of that name).
     pub fn set_commit_hook(&self, name: &str, hook: CommitHook) {
-        self.commit_hooks.lock().insert(name.to_string(), hook);
+        self.commit_hooks.set(name, hook);
     }
 
     pub fn remove_commit_hook(&self, name: &str) {
-        self.commit_hooks.lock().remove(name);
+        self.commit_hooks.remove(name);
     }
 
     /// Sets what runs with the oldest kept checkpoint's epoch after each garbage
@@ -256,11 +253,11 @@ impl Coordinator {
             }
             Ok(Err(e)) => {
                 tracing::warn!("checkpoint of epoch {epoch} failed: {e}");
-                self.settle(epoch);
+                self.commit_hooks.round_ended(RoundEnd::GivenUp { epoch });
             }
             Err(e) => {
                 tracing::warn!("checkpoint of epoch {epoch} failed: {e}");
-                self.settle(epoch);
+                self.commit_hooks.round_ended(RoundEnd::GivenUp { epoch });
             }
         }
         epoch
@@ -328,6 +325,19 @@ impl Coordinator {
         });
         if let Some(uploads) = self.uploads.lock().take() {
             tokio::spawn(upload_loop(Arc::downgrade(self), uploads));
+        }
+        if let Some(queue) = self.commit_hooks.take_queue() {
+            let coordinator = Arc::downgrade(self);
+            let settle = move |epoch| {
+                if let Some(coordinator) = coordinator.upgrade() {
+                    coordinator.settle(epoch);
+                }
+            };
+            tokio::spawn(commit_hooks::run(
+                Arc::downgrade(&self.commit_hooks),
+                queue,
+                settle,
+            ));
         }
     }
 
@@ -486,7 +496,9 @@ async fn upload_loop(coordinator: Weak<Coordinator>, mut uploads: UnboundedRecei
                 Err(e) => {
                     tracing::warn!("cannot read the checkpoint store: {e}");
                     let _ = std::fs::remove_dir_all(&staged.dir);
-                    coordinator.settle(staged.epoch);
+                    coordinator.commit_hooks.round_ended(RoundEnd::GivenUp {
+                        epoch: staged.epoch,
+                    });
                     continue;
                 }
             },
@@ -497,12 +509,10 @@ async fn upload_loop(coordinator: Weak<Coordinator>, mut uploads: UnboundedRecei
                     .committed
                     .fetch_max(staged.epoch, Ordering::SeqCst);
                 coordinator.serving.publish(staged.snapshot.clone());
-                let hooks: Vec<CommitHook> =
-                    coordinator.commit_hooks.lock().values().cloned().collect();
-                for hook in hooks {
-                    hook(staged.epoch, &staged.jobs).await;
-                }
-                coordinator.settle(staged.epoch);
+                coordinator.commit_hooks.round_ended(RoundEnd::Committed {
+                    epoch: staged.epoch,
+                    jobs: staged.jobs.clone(),
+                });
                 coordinator.record(CheckpointRecord {
                     epoch: staged.epoch,
                     started: staged.started,
@@ -536,7 +546,9 @@ async fn upload_loop(coordinator: Weak<Coordinator>, mut uploads: UnboundedRecei
                     e.report()
                 );
                 let _ = std::fs::remove_dir_all(&staged.dir);
-                coordinator.settle(staged.epoch);
+                coordinator.commit_hooks.round_ended(RoundEnd::GivenUp {
+                    epoch: staged.epoch,
+                });
                 coordinator.record(CheckpointRecord {
                     epoch: staged.epoch,
                     started: staged.started,

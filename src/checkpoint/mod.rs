@@ -7,9 +7,11 @@
 //! epoch *e*, the state store holds exactly the state of epoch *e* until the next barrier
 //! is injected. `FLUSH` runs a round at once.
 
+mod commit_hooks;
 pub mod coordinator;
 pub mod manifest;
 pub mod recovery;
 pub mod storage;
 
+pub use commit_hooks::CommitHook;
 pub use coordinator::Coordinator;
