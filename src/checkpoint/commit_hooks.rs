@@ -111,7 +111,8 @@ mod tests {
     #[tokio::test]
     async fn queued_rounds_run_the_hooks_once_with_the_newest_epoch() {
         let hooks = Arc::new(CommitHooks::new());
-        let calls: Arc<Mutex<Vec<(u64, Vec<String>)>>> = Arc::default();
+        type Calls = Vec<(u64, Vec<String>)>;
+        let calls: Arc<Mutex<Calls>> = Arc::default();
         let seen = calls.clone();
         hooks.set(
             "sink",

@@ -1146,6 +1146,7 @@ fn general_agg_call(
     );
     let general = GeneralAgg::new(f.func.clone(), args, order, params.distinct, ignore_nulls)
         .map_err(|e| unsupported(&format!("{} in a view ({})", f.func.name(), e.message)))?;
+    general.check_arguments()?;
     Ok(AggCall {
         kind: AggKind::General,
         arg: None,

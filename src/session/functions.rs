@@ -112,6 +112,9 @@ pub fn register(ctx: &SessionContext) {
     }));
     ctx.register_udf(super::to_char::udf());
     ctx.register_udaf(super::string_agg_by_row::udaf());
+    for udaf in super::ordered_set_aggregates::udafs() {
+        ctx.register_udaf(udaf);
+    }
     ctx.register_udf(super::to_timestamp::udf(ctx.state().config_options()));
     ctx.register_udf(super::interval_arithmetic::udf());
     ctx.register_udf(super::date_function::udf());

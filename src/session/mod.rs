@@ -39,6 +39,7 @@ pub mod kafka_tables;
 mod lateral_aggregates;
 pub mod materialized_views;
 mod numeric_division;
+mod ordered_set_aggregates;
 mod pg_semantics;
 mod regexp;
 mod rename;

@@ -204,6 +204,7 @@ pub fn rewrite(statement: &mut Statement) {
     let _ = statement.visit(&mut SimilarTo);
     let _ = statement.visit(&mut JsonbCasts);
     let _ = statement.visit(&mut IntervalLiterals);
+    let _ = statement.visit(&mut WideNumberLiterals);
     let _ = statement.visit(&mut JsonbValuesColumns);
     let _ = statement.visit(&mut StructFieldAccess);
     let _ = statement.visit(&mut super::interval_arithmetic::IntervalArithmetic);
@@ -510,6 +511,57 @@ impl VisitorMut for IntervalLiterals {
         });
         ControlFlow::Continue(())
     }
+}
+
+/// Number literals with an exponent too wide for Eddy's `numeric` (`1e300`,
+/// `1.5e-200`: more than 38 digits once written out) are `double precision` values.
+/// PostgreSQL reads them as `numeric`, which has room for them; DataFusion would refuse
+/// them ("Decimal scale -300 exceeds ..."), so `INSERT INTO t VALUES (1e300)` into a
+/// `double precision` column could not be written at all.
+struct WideNumberLiterals;
+
+impl VisitorMut for WideNumberLiterals {
+    type Break = ();
+
+    fn post_visit_expr(&mut self, expr: &mut Expr) -> ControlFlow<()> {
+        use datafusion::sql::sqlparser::ast::DataType;
+        let Expr::Value(v) = expr else {
+            return ControlFlow::Continue(());
+        };
+        let Value::Number(text, _) = &v.value else {
+            return ControlFlow::Continue(());
+        };
+        if written_out_digits(text).is_none_or(|digits| digits <= 38) {
+            return ControlFlow::Continue(());
+        }
+        let text = text.clone();
+        *expr = Expr::Cast {
+            kind: datafusion::sql::sqlparser::ast::CastKind::Cast,
+            expr: Box::new(Expr::value(Value::SingleQuotedString(text))),
+            data_type: DataType::DoublePrecision,
+            array: false,
+            format: None,
+        };
+        ControlFlow::Continue(())
+    }
+}
+
+/// How many digits a number literal with an exponent has written out as a plain
+/// decimal (`1.5e3`: 4, `2e-3`: 3 for `0.002`); `None` without an exponent (those are
+/// left to DataFusion) or when it does not parse.
+fn written_out_digits(text: &str) -> Option<i64> {
+    let (mantissa, exponent) = text.split_once(['e', 'E'])?;
+    let exponent: i64 = exponent.parse().ok()?;
+    let (whole, fraction) = mantissa.split_once('.').unwrap_or((mantissa, ""));
+    let digits: String = format!("{whole}{fraction}");
+    let significant = digits.trim_start_matches('0');
+    if significant.is_empty() {
+        return Some(1); // zero
+    }
+    // The value is significant × 10^(exponent - fraction digits - trailing part).
+    let scale = fraction.len() as i64 - exponent;
+    let integer_digits = significant.len() as i64 - scale;
+    Some(integer_digits.max(0) + scale.max(0))
 }
 
 /// A `VALUES` column with a `jsonb` cast in one row is `jsonb` in every row, as in
@@ -1178,4 +1230,21 @@ pub(super) fn parse_query(sql: &str) -> crate::error::Result<Query> {
         .map_err(|e| {
             crate::error::EddyError::syntax(e.to_string().replace("sql parser error: ", ""))
         })
+}
+
+#[cfg(test)]
+mod wide_number_tests {
+    use super::written_out_digits;
+
+    #[test]
+    fn digits_of_number_literals_written_out() {
+        assert_eq!(written_out_digits("1.5"), None);
+        assert_eq!(written_out_digits("1.5e3"), Some(4)); // 1500
+        assert_eq!(written_out_digits("2E-3"), Some(3)); // 0.002
+        assert_eq!(written_out_digits("0.0025e0"), Some(4)); // 0.0025
+        assert_eq!(written_out_digits("0e500"), Some(1));
+        assert_eq!(written_out_digits("1e300"), Some(301));
+        assert_eq!(written_out_digits("1.5e-200"), Some(201));
+        assert_eq!(written_out_digits("1e+37"), Some(38));
+    }
 }

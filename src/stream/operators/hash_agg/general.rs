@@ -15,6 +15,7 @@ use arrow::row::{RowConverter, SortField};
 use datafusion::common::ScalarValue;
 use datafusion::logical_expr::AggregateUDF;
 use datafusion::physical_expr::PhysicalExpr;
+use datafusion::physical_expr::PhysicalSortExpr;
 use datafusion::physical_expr::aggregate::{AggregateExprBuilder, AggregateFunctionExpr};
 use datafusion::physical_expr::expressions::{Column, Literal};
 use std::collections::BTreeMap;
@@ -58,6 +59,12 @@ impl GeneralAgg {
         distinct: bool,
         ignore_nulls: bool,
     ) -> Result<Self> {
+        // An ordered-set aggregate (`percentile_disc(f) WITHIN GROUP (ORDER BY x)`) sorts
+        // its values itself, in the direction it is told: its key is its first argument.
+        let within_group = function
+            .supports_within_group_clause()
+            .then(|| order.first().map(|key| key.options))
+            .flatten();
         let mut inputs = Vec::new();
         let mut fields = Vec::new();
         for key in order {
@@ -81,7 +88,12 @@ impl GeneralAgg {
                 arg_exprs.push(Arc::new(Column::new(&format!("arg{i}"), i)));
             }
         }
-        let aggregate = AggregateExprBuilder::new(function, arg_exprs)
+        let mut builder = AggregateExprBuilder::new(function, arg_exprs);
+        if let Some(options) = within_group {
+            let key: Arc<dyn PhysicalExpr> = Arc::new(Column::new("arg0", 0));
+            builder = builder.order_by(vec![PhysicalSortExpr::new(key, options)]);
+        }
+        let aggregate = builder
             .schema(Arc::new(Schema::new(arg_fields)))
             .alias("aggregate")
             .with_ignore_nulls(ignore_nulls)
@@ -93,6 +105,13 @@ impl GeneralAgg {
             aggregate: Arc::new(aggregate),
             distinct,
         })
+    }
+
+    /// Fails as the aggregate would on its constant arguments (a fraction out of range),
+    /// so that `CREATE MATERIALIZED VIEW` says so rather than the job failing later.
+    pub fn check_arguments(&self) -> Result<()> {
+        self.aggregate.create_accumulator()?;
+        Ok(())
     }
 
     /// The codec of a group's kept rows.
