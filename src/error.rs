@@ -22,6 +22,8 @@ pub mod sqlstate {
     pub const INVALID_TEXT_REPRESENTATION: &str = "22P02";
     pub const NUMERIC_VALUE_OUT_OF_RANGE: &str = "22003";
     pub const DIVISION_BY_ZERO: &str = "22012";
+    pub const DATETIME_FIELD_OVERFLOW: &str = "22008";
+    pub const SUBSTRING_ERROR: &str = "22011";
     pub const DATA_EXCEPTION: &str = "22000";
     pub const NOT_NULL_VIOLATION: &str = "23502";
     pub const FEATURE_NOT_SUPPORTED: &str = "0A000";
@@ -200,6 +202,14 @@ impl EddyError {
                     "null value violates not-null constraint ({})",
                     clean_message(text)
                 ),
+            );
+        }
+        if lower.contains("negative count not allowed") {
+            // DataFusion's `substr` refusing a negative length: PostgreSQL's error, with
+            // RisingWave's words too (its test files match them).
+            return Self::new(
+                sqlstate::SUBSTRING_ERROR,
+                "negative substring length not allowed (the length in substr should be non-negative)",
             );
         }
         if lower.contains("divide by zero") || lower.contains("division by zero") {

@@ -37,6 +37,7 @@ pub mod jobs;
 mod justify_functions;
 pub mod kafka_tables;
 mod lateral_aggregates;
+mod make_interval;
 pub mod materialized_views;
 mod numeric_division;
 mod ordered_set_aggregates;

@@ -205,6 +205,7 @@ pub fn rewrite(statement: &mut Statement) {
     let _ = statement.visit(&mut JsonbCasts);
     let _ = statement.visit(&mut IntervalLiterals);
     let _ = statement.visit(&mut WideNumberLiterals);
+    let _ = statement.visit(&mut super::make_interval::NamedArguments);
     let _ = statement.visit(&mut JsonbValuesColumns);
     let _ = statement.visit(&mut StructFieldAccess);
     let _ = statement.visit(&mut super::interval_arithmetic::IntervalArithmetic);
