@@ -9,7 +9,7 @@ use arrow::array::{Array, ArrayRef, AsArray};
 use arrow::compute::cast;
 use arrow::datatypes::*;
 use bytes::{BufMut, BytesMut};
-use chrono::{DateTime, NaiveDate, NaiveTime, Timelike};
+use chrono::{DateTime, Datelike, NaiveDate, NaiveTime, Timelike};
 use std::fmt::Write;
 
 /// A column as PostgreSQL's text output of each value (NULLs stay NULL): what sinks send
@@ -261,10 +261,25 @@ fn format_decimal_digits(negative: bool, digits: String, scale: i8) -> String {
     format!("{sign}{int}.{frac}")
 }
 
-fn format_date(days: i32) -> String {
+/// A date (days since 1970-01-01) as PostgreSQL writes it.
+pub fn format_date(days: i32) -> String {
     match NaiveDate::from_num_days_from_ce_opt(days + 719_163) {
-        Some(d) => d.format("%Y-%m-%d").to_string(),
+        Some(d) => with_era(
+            d.year(),
+            |year| format!("{year:04}-{}", d.format("%m-%d")),
+            "",
+        ),
         None => days.to_string(),
+    }
+}
+
+/// A date or timestamp text as PostgreSQL writes it: years before 1 AD as `0044-03-15 BC`
+/// (year 0 is 1 BC), after `suffix` (a timestamp's zone).
+fn with_era(year: i32, text: impl Fn(i32) -> String, suffix: &str) -> String {
+    if year > 0 {
+        format!("{}{suffix}", text(year))
+    } else {
+        format!("{}{suffix} BC", text(1 - year))
     }
 }
 
@@ -294,12 +309,12 @@ pub fn format_timestamp(micros: i64, with_tz: bool) -> String {
         return micros.to_string();
     };
     let naive = dt.naive_utc();
-    let mut s = naive.format("%Y-%m-%d %H:%M:%S").to_string();
-    push_fraction(&mut s, naive.nanosecond() / 1000);
-    if with_tz {
-        s.push_str("+00:00");
-    }
-    s
+    let text = |year: i32| {
+        let mut s = format!("{year:04}-{}", naive.format("%m-%d %H:%M:%S"));
+        push_fraction(&mut s, naive.nanosecond() / 1000);
+        s
+    };
+    with_era(naive.year(), text, if with_tz { "+00:00" } else { "" })
 }
 
 /// An interval in PostgreSQL's default `postgres` style: `1 year 2 mons 3 days 04:05:06`.
@@ -424,4 +439,21 @@ fn push_quoted(out: &mut String, text: &str, escape: char) {
         out.push(c);
     }
     out.push('"');
+}
+
+#[cfg(test)]
+mod era_tests {
+    use super::{format_date, format_timestamp};
+
+    #[test]
+    fn years_before_1_ad_are_bc() {
+        // 0001-01-01 is day -719 162; the day before it is 31 December 1 BC.
+        assert_eq!(format_date(-719_162), "0001-01-01");
+        assert_eq!(format_date(-719_163), "0001-12-31 BC");
+        let micros = -719_163i64 * 86_400_000_000 + 3_600_000_000;
+        assert_eq!(
+            format_timestamp(micros, true),
+            "0001-12-31 01:00:00+00:00 BC"
+        );
+    }
 }

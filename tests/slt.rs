@@ -192,11 +192,9 @@ fn binary_text(ty: &Type, raw: &[u8]) -> String {
         ),
         Type::NUMERIC => numeric_text(raw),
         Type::DATE => {
+            // Days since 2000-01-01, PostgreSQL's epoch, 10 957 days after 1970's.
             let days = i32::from_be_bytes(raw[..4].try_into().unwrap());
-            (chrono::NaiveDate::from_ymd_opt(2000, 1, 1).unwrap()
-                + chrono::Duration::days(days as i64))
-            .format("%Y-%m-%d")
-            .to_string()
+            eddy::server::encode::format_date(days + 10_957)
         }
         Type::TIMESTAMP | Type::TIMESTAMPTZ => {
             let micros = i64::from_be_bytes(raw[..8].try_into().unwrap());

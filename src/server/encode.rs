@@ -9,7 +9,9 @@ use crate::catalog::types::{
     PG_TYPE_METADATA, display_decimal, display_decimal256, is_unconstrained_numeric,
 };
 use crate::error::{EddyError, Result};
-pub use crate::pg_text::{format_decimal, format_float, format_interval, format_timestamp};
+pub use crate::pg_text::{
+    format_date, format_decimal, format_float, format_interval, format_timestamp,
+};
 use crate::pg_text::{normalize, write_text};
 use arrow::array::{Array, ArrayRef, AsArray, RecordBatch};
 use arrow::datatypes::*;

@@ -3,8 +3,11 @@
 //! This analyzer rule, run after type coercion, replaces a call whose unit is not a
 //! constant by one that truncates each row by its own unit: the rows are grouped by unit
 //! and each group goes through DataFusion's `date_trunc` with that unit as a constant,
-//! so every unit means what it means there. A NULL unit (or time) gives NULL.
+//! so every unit means what it means there. A NULL unit (or time) gives NULL. Units only
+//! PostgreSQL knows (plurals, `decade`, `century`, `millennium`: see
+//! [`super::date_trunc_units`]) are handled here too, constant or not.
 
+use super::date_trunc_units::{TruncUnit, truncate_years, unit_of};
 use arrow::array::{Array, ArrayRef, AsArray, UInt32Array, new_null_array};
 use arrow::compute::{cast, interleave, take};
 use arrow::datatypes::DataType;
@@ -42,11 +45,20 @@ fn by_row(expr: Expr, schema: &DFSchema) -> Result<Transformed<Expr>> {
     let Expr::ScalarFunction(f) = &expr else {
         return Ok(Transformed::no(expr));
     };
-    if f.func.name() != "date_trunc"
-        || f.args.len() != 2
-        || matches!(f.args[0], Expr::Literal(..) | Expr::Placeholder(_))
-    {
+    if f.func.name() != "date_trunc" || f.args.len() != 2 {
         return Ok(Transformed::no(expr));
+    }
+    match &f.args[0] {
+        Expr::Placeholder(_) => return Ok(Transformed::no(expr)),
+        // A constant unit DataFusion knows (by its singular name) stays DataFusion's;
+        // others (`'hours'`, `'century'`) are handled here, the call (and so the
+        // column's name) unchanged.
+        Expr::Literal(ScalarValue::Utf8(Some(text)), _) => match unit_of(text) {
+            TruncUnit::Native(unit) if &unit == text => return Ok(Transformed::no(expr)),
+            _ => {}
+        },
+        Expr::Literal(..) => return Ok(Transformed::no(expr)),
+        _ => {}
     }
     let return_type = expr.get_type(schema)?;
     let udf = ScalarUDF::new_from_impl(TruncByRow {
@@ -83,6 +95,13 @@ impl ScalarUDFImpl for TruncByRow {
     fn invoke_with_args(&self, args: ScalarFunctionArgs) -> Result<ColumnarValue> {
         let rows = args.number_rows;
         let call = |unit: &str, values: ArrayRef| -> Result<ArrayRef> {
+            let unit = match unit_of(unit) {
+                TruncUnit::Native(unit) => unit,
+                TruncUnit::Years(group) => {
+                    return truncate_years(&values, group, &self.return_type);
+                }
+            };
+            let unit = unit.as_str();
             let n = values.len();
             self.inner
                 .invoke_with_args(ScalarFunctionArgs {

@@ -116,6 +116,7 @@ pub fn register(ctx: &SessionContext) {
         ctx.register_udaf(udaf);
     }
     ctx.register_udf(super::to_timestamp::udf(ctx.state().config_options()));
+    ctx.register_udf(super::to_timestamp::to_date_udf());
     ctx.register_udf(super::interval_arithmetic::udf());
     ctx.register_udf(super::date_function::udf());
     ctx.register_udf(super::make_interval::udf());

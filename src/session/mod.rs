@@ -19,6 +19,7 @@ mod corresponding;
 mod date_difference;
 mod date_function;
 mod date_trunc_by_row;
+mod date_trunc_units;
 mod ddl;
 mod dml_subqueries;
 pub mod drop;

@@ -5,7 +5,7 @@
 
 use arrow::array::{Array, ArrayRef, AsArray, TimestampMicrosecondBuilder};
 use arrow::datatypes::{DataType, TimeUnit};
-use chrono::{DateTime, NaiveDate, NaiveDateTime};
+use chrono::{DateTime, Datelike, NaiveDate, NaiveDateTime};
 use datafusion::common::{Result, ScalarValue, exec_err};
 use datafusion::logical_expr::{
     ColumnarValue, ScalarFunctionArgs, ScalarUDF, ScalarUDFImpl, Signature, Volatility,
@@ -16,6 +16,16 @@ pub fn udf(config: &datafusion::config::ConfigOptions) -> ScalarUDF {
     ScalarUDF::new_from_impl(ToTimestamp {
         signature: Signature::variadic_any(Volatility::Immutable),
         fallback: datafusion::functions::datetime::to_timestamp(config),
+        date: false,
+    })
+}
+
+/// `to_date(text, template)`: the same reading, the date of the result.
+pub fn to_date_udf() -> ScalarUDF {
+    ScalarUDF::new_from_impl(ToTimestamp {
+        signature: Signature::variadic_any(Volatility::Immutable),
+        fallback: datafusion::functions::datetime::to_date(),
+        date: true,
     })
 }
 
@@ -23,6 +33,8 @@ pub fn udf(config: &datafusion::config::ConfigOptions) -> ScalarUDF {
 struct ToTimestamp {
     signature: Signature,
     fallback: Arc<ScalarUDF>,
+    /// `to_date`: the result is the date of the timestamp read.
+    date: bool,
 }
 
 fn utc_micros() -> DataType {
@@ -31,7 +43,7 @@ fn utc_micros() -> DataType {
 
 impl ScalarUDFImpl for ToTimestamp {
     fn name(&self) -> &str {
-        "to_timestamp"
+        if self.date { "to_date" } else { "to_timestamp" }
     }
 
     fn signature(&self) -> &Signature {
@@ -40,6 +52,7 @@ impl ScalarUDFImpl for ToTimestamp {
 
     fn return_type(&self, args: &[DataType]) -> Result<DataType> {
         match args.len() {
+            2 if self.date => Ok(DataType::Date32),
             2 => Ok(utc_micros()),
             _ => self.fallback.return_type(args),
         }
@@ -75,7 +88,7 @@ impl ScalarUDFImpl for ToTimestamp {
             let template = templates.value(i);
             if format.as_ref().is_none_or(|(t, _)| t != template) {
                 let Some(chrono) = super::to_char::chrono_format(template) else {
-                    return exec_err!("to_timestamp: template \"{template}\" is not supported");
+                    return exec_err!("{}: template \"{template}\" is not supported", self.name());
                 };
                 format = Some((template.to_string(), chrono));
             }
@@ -83,12 +96,16 @@ impl ScalarUDFImpl for ToTimestamp {
             let text = texts.value(i).trim();
             let Some(micros) = parse(text, chrono) else {
                 return exec_err!(
-                    "invalid value \"{text}\" for template \"{template}\" in to_timestamp"
+                    "invalid value \"{text}\" for template \"{template}\" in {}",
+                    self.name()
                 );
             };
             out.append_value(micros);
         }
-        let array: ArrayRef = Arc::new(out.finish().with_timezone("+00:00"));
+        let mut array: ArrayRef = Arc::new(out.finish().with_timezone("+00:00"));
+        if self.date {
+            array = arrow::compute::cast(&array, &DataType::Date32)?;
+        }
         Ok(if scalar {
             ColumnarValue::Scalar(ScalarValue::try_from_array(&array, 0)?)
         } else {
@@ -97,9 +114,21 @@ impl ScalarUDFImpl for ToTimestamp {
     }
 }
 
-/// Microseconds since the epoch (UTC) of `text` read with chrono's `format`: with a zone
-/// offset, a date and time, or a date alone (midnight).
+/// Microseconds since the epoch (UTC) of `text` read with chrono's `format`. A negative
+/// year is a year BC, as in PostgreSQL (`-2022` is 2022 BC, the year before 2021 BC;
+/// chrono counts years astronomically, where 2022 BC is -2021).
 fn parse(text: &str, format: &str) -> Option<i64> {
+    let micros = parse_astronomical(text, format)?;
+    let t = DateTime::from_timestamp_micros(micros)?;
+    if t.year() >= 0 {
+        return Some(micros);
+    }
+    Some(t.with_year(t.year() + 1)?.timestamp_micros())
+}
+
+/// [`parse`] with chrono's years: with a zone offset, a date and time, or a date alone
+/// (midnight).
+fn parse_astronomical(text: &str, format: &str) -> Option<i64> {
     if let Ok(t) = DateTime::parse_from_str(text, format) {
         return Some(t.timestamp_micros());
     }
