@@ -369,12 +369,14 @@ pub fn format_interval(months: i32, days: i32, nanos: i64) -> String {
 /// An array literal: `{1,2,NULL}`, with elements quoted where PostgreSQL quotes them.
 fn format_list(values: ArrayRef) -> Result<String> {
     let values = normalize(&values)?;
+    // Logical nulls: an array of NULLs alone (`ARRAY[NULL]`) has no null buffer.
+    let nulls = values.logical_nulls();
     let mut out = String::from("{");
     for i in 0..values.len() {
         if i > 0 {
             out.push(',');
         }
-        if values.is_null(i) {
+        if nulls.as_ref().is_some_and(|n| n.is_null(i)) {
             out.push_str("NULL");
             continue;
         }

@@ -215,13 +215,16 @@ fn write_binary(array: &ArrayRef, row: usize, buf: &mut BytesMut) -> Result<()> 
         DataType::List(field) => {
             let values = normalize(&array.as_list::<i32>().value(row))?;
             let element_type = pg_type_of(field.data_type());
+            // Logical nulls: an array of NULLs alone (`ARRAY[NULL]`) has no null buffer.
+            let nulls = values.logical_nulls();
+            let is_null = |i: usize| nulls.as_ref().is_some_and(|n| n.is_null(i));
             buf.put_i32(1); // dimensions
-            buf.put_i32((values.null_count() > 0) as i32);
+            buf.put_i32((0..values.len()).any(is_null) as i32);
             buf.put_u32(element_type.oid());
             buf.put_i32(values.len() as i32);
             buf.put_i32(1); // lower bound
             for i in 0..values.len() {
-                if values.is_null(i) {
+                if is_null(i) {
                     buf.put_i32(-1);
                     continue;
                 }

@@ -203,6 +203,8 @@ pub fn rewrite(statement: &mut Statement) {
     let _ = statement.visit(&mut ArraySortNullsLast);
     let _ = statement.visit(&mut SimilarTo);
     let _ = statement.visit(&mut JsonbCasts);
+    // Before IntervalLiterals, which reads the interval literals this one makes.
+    let _ = statement.visit(&mut QuotedNumberArguments);
     let _ = statement.visit(&mut IntervalLiterals);
     let _ = statement.visit(&mut WideNumberLiterals);
     let _ = statement.visit(&mut super::make_interval::NamedArguments);
@@ -545,6 +547,137 @@ impl VisitorMut for WideNumberLiterals {
         };
         ControlFlow::Continue(())
     }
+}
+
+/// A quoted literal given to a function of numbers (`sqrt('1004.3')`, `round('4.5')`) is
+/// a `double precision`, as PostgreSQL resolves its untyped literal there (the preferred
+/// type of the numbers); DataFusion would refuse text. Only literals that read as a
+/// number (`'inf'`, `'nan'` and `'-0'` included) are changed; others stay text and get
+/// DataFusion's error.
+struct QuotedNumberArguments;
+
+/// The functions whose every argument is a number.
+const NUMBER_FUNCTIONS: &[&str] = &[
+    "abs", "sqrt", "cbrt", "round", "ceil", "ceiling", "floor", "trunc", "exp", "ln", "log",
+    "log10", "log2", "power", "pow", "sign", "sin", "cos", "tan", "cot", "asin", "acos", "atan",
+    "atan2", "sinh", "cosh", "tanh", "asinh", "acosh", "atanh", "degrees", "radians", "sind",
+    "cosd", "tand", "cotd", "asind", "acosd", "atand",
+];
+
+impl VisitorMut for QuotedNumberArguments {
+    type Break = ();
+
+    fn post_visit_expr(&mut self, expr: &mut Expr) -> ControlFlow<()> {
+        use datafusion::sql::sqlparser::ast::{DataType, FunctionArg, FunctionArgExpr};
+        if let Expr::BinaryOp { left, op, right } = expr {
+            quoted_number_in_arithmetic(left, op, right);
+            return ControlFlow::Continue(());
+        }
+        let Expr::Function(function) = expr else {
+            return ControlFlow::Continue(());
+        };
+        let name = function.name.to_string().to_ascii_lowercase();
+        if !NUMBER_FUNCTIONS.contains(&name.as_str()) {
+            return ControlFlow::Continue(());
+        }
+        let datafusion::sql::sqlparser::ast::FunctionArguments::List(list) = &mut function.args
+        else {
+            return ControlFlow::Continue(());
+        };
+        for arg in list.args.iter_mut() {
+            let FunctionArg::Unnamed(FunctionArgExpr::Expr(value)) = arg else {
+                continue;
+            };
+            let Expr::Value(v) = value else {
+                continue;
+            };
+            let Value::SingleQuotedString(text) = &v.value else {
+                continue;
+            };
+            if text.trim().parse::<f64>().is_err() {
+                continue;
+            }
+            *value = Expr::Cast {
+                kind: datafusion::sql::sqlparser::ast::CastKind::Cast,
+                expr: Box::new(value.clone()),
+                data_type: DataType::DoublePrecision,
+                array: false,
+                format: None,
+            };
+        }
+        ControlFlow::Continue(())
+    }
+}
+
+/// A quoted number beside an arithmetic operator (`sqrt(v) - '31.69'`), the other side
+/// not quoted: PostgreSQL gives the untyped literal the other side's type. Without types
+/// here, it becomes the number as if written without quotes (an integer when whole, so
+/// `n / '2'` divides integers; an exact `numeric` with its own digits otherwise; a
+/// `double precision` for `'inf'`, `'nan'` or an exponent), which the other side's type
+/// then absorbs as PostgreSQL's would; text that reads as an interval (`now() - '1 day'`)
+/// is an interval.
+fn quoted_number_in_arithmetic(
+    left: &mut Expr,
+    op: &datafusion::sql::sqlparser::ast::BinaryOperator,
+    right: &mut Expr,
+) {
+    use datafusion::sql::sqlparser::ast::{BinaryOperator, DataType};
+    if !matches!(
+        op,
+        BinaryOperator::Plus
+            | BinaryOperator::Minus
+            | BinaryOperator::Multiply
+            | BinaryOperator::Divide
+            | BinaryOperator::Modulo
+    ) {
+        return;
+    }
+    let quoted = |e: &Expr| match e {
+        Expr::Value(v) => match &v.value {
+            Value::SingleQuotedString(text) => Some(text.trim().to_string()),
+            _ => None,
+        },
+        _ => None,
+    };
+    let (target, text) = match (quoted(left), quoted(right)) {
+        (Some(text), None) => (left, text),
+        (None, Some(text)) => (right, text),
+        _ => return,
+    };
+    let Ok(number) = text.parse::<f64>() else {
+        // Not a number: an interval (`now() - '1 day'`) if it reads as one.
+        if super::pg_semantics::parse_interval(&text).is_some() {
+            *target = Expr::Interval(datafusion::sql::sqlparser::ast::Interval {
+                value: Box::new(target.clone()),
+                leading_field: None,
+                leading_precision: None,
+                last_field: None,
+                fractional_seconds_precision: None,
+            });
+        }
+        return;
+    };
+    let plain = text.trim_start_matches(['-', '+']);
+    if number.is_finite() && plain.chars().all(|c| c.is_ascii_digit() || c == '.') {
+        // The number as if written without quotes (its own digits kept).
+        let literal = Expr::value(Value::Number(plain.to_string(), false));
+        *target = if text.starts_with('-') {
+            Expr::UnaryOp {
+                op: datafusion::sql::sqlparser::ast::UnaryOperator::Minus,
+                expr: Box::new(literal),
+            }
+        } else {
+            literal
+        };
+        return;
+    }
+    *target = Expr::Cast {
+        kind: datafusion::sql::sqlparser::ast::CastKind::Cast,
+        expr: Box::new(target.clone()),
+        data_type: DataType::DoublePrecision,
+        array: false,
+        format: None,
+    };
 }
 
 /// How many digits a number literal with an exponent has written out as a plain

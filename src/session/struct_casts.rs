@@ -14,6 +14,7 @@
 //! Arrow's cast, which already writes PostgreSQL's text (`true`, as PostgreSQL's cast
 //! does, not the `t` of its output).
 
+use arrow::array::AsArray;
 use arrow::datatypes::{DataType, FieldRef};
 use datafusion::common::config::ConfigOptions;
 use datafusion::common::tree_node::Transformed;
@@ -64,6 +65,21 @@ fn by_position(expr: Expr, schema: &DFSchema) -> Result<Transformed<Expr>> {
         && matches!(call.name(), "concat" | "concat_ws")
     {
         return Ok(booleans_as_output_text(call.clone(), schema));
+    }
+    if let Expr::ScalarFunction(call) = &expr
+        && call.name() == "array_to_string"
+        && let Some(array) = call.args.first()
+        && let Ok(DataType::List(element)) = array.get_type(schema)
+        && needs_postgres_text(element.data_type())
+    {
+        // `array_to_string` (`array_join`) writes each element as PostgreSQL's output
+        // does (`2023-02-20 17:35:25`, not Arrow's `2023-02-20T17:35:25`).
+        let mut call = call.clone();
+        call.args[0] = Expr::ScalarFunction(ScalarFunction::new_udf(
+            ELEMENTS_TO_TEXT_UDF.clone(),
+            vec![array.clone()],
+        ));
+        return Ok(Transformed::yes(Expr::ScalarFunction(call)));
     }
     let Expr::Cast(Cast { expr: inner, field }) = &expr else {
         return Ok(Transformed::no(expr));
@@ -192,6 +208,50 @@ impl ScalarUDFImpl for CastByPosition {
 }
 
 /// `eddy_value_to_text(value)`: each value as PostgreSQL prints it (NULL stays NULL).
+static ELEMENTS_TO_TEXT_UDF: LazyLock<Arc<ScalarUDF>> = LazyLock::new(|| {
+    Arc::new(ScalarUDF::new_from_impl(ElementsToText {
+        signature: Signature::any(1, Volatility::Immutable),
+    }))
+});
+
+/// A list's elements as PostgreSQL's text of each (a `text[]` of the same shape).
+#[derive(Debug, PartialEq, Eq, Hash)]
+struct ElementsToText {
+    signature: Signature,
+}
+
+impl ScalarUDFImpl for ElementsToText {
+    fn name(&self) -> &str {
+        "eddy_elements_to_text"
+    }
+
+    fn signature(&self) -> &Signature {
+        &self.signature
+    }
+
+    fn return_type(&self, _args: &[DataType]) -> Result<DataType> {
+        Ok(DataType::new_list(DataType::Utf8, true))
+    }
+
+    fn invoke_with_args(&self, args: ScalarFunctionArgs) -> Result<ColumnarValue> {
+        let lists = args.args[0].to_array(args.number_rows)?;
+        let lists = lists.as_list::<i32>();
+        let nulls = arrow::array::Array::nulls(lists).cloned();
+        let text = crate::pg_text::text_column(lists.values())
+            .map_err(crate::error::EddyError::into_datafusion)?;
+        let out = arrow::array::ListArray::try_new(
+            Arc::new(arrow::datatypes::Field::new_list_field(
+                DataType::Utf8,
+                true,
+            )),
+            lists.offsets().clone(),
+            Arc::new(text),
+            nulls,
+        )?;
+        Ok(ColumnarValue::Array(Arc::new(out)))
+    }
+}
+
 #[derive(Debug, PartialEq, Eq, Hash)]
 struct ValueToText {
     signature: Signature,
