@@ -219,6 +219,9 @@ impl EddyError {
                 format!("division by zero ({})", clean_message(text)),
             );
         }
+        if let Some(message) = postgres_cast_message(text) {
+            return Self::new(sqlstate::INVALID_TEXT_REPRESENTATION, message);
+        }
         let code = if lower.contains("invalid function") {
             sqlstate::UNDEFINED_FUNCTION
         } else if lower.contains("overflow") || lower.contains("out of range") {
@@ -255,6 +258,33 @@ impl std::error::Error for EddyError {
             .as_deref()
             .map(|e| e as &(dyn std::error::Error + 'static))
     }
+}
+
+/// PostgreSQL's words for Arrow's refusal to read text as a type: `invalid input syntax
+/// for type integer: "a"` for `Cannot cast string 'a' to value of Int32 type`.
+fn postgres_cast_message(text: &str) -> Option<String> {
+    const START: &str = "Cannot cast string '";
+    let rest = &text[text.find(START)? + START.len()..];
+    let (value, rest) = rest.split_once("' to value of ")?;
+    let arrow_type = rest.split(" type").next()?;
+    let pg_type = match arrow_type {
+        "Int16" => "smallint",
+        "Int32" => "integer",
+        "Int64" => "bigint",
+        "Float32" => "real",
+        "Float64" => "double precision",
+        "Boolean" => "boolean",
+        "Date32" | "Date64" => "date",
+        t if t.starts_with("Decimal") => "numeric",
+        t if t.starts_with("Timestamp") && t.contains(", None") => "timestamp",
+        t if t.starts_with("Timestamp") => "timestamp with time zone",
+        t if t.starts_with("Time") => "time",
+        t if t.starts_with("Interval") => "interval",
+        _ => return None,
+    };
+    Some(format!(
+        "invalid input syntax for type {pg_type}: \"{value}\""
+    ))
 }
 
 impl From<DataFusionError> for EddyError {

@@ -380,7 +380,9 @@ impl Engine {
             .parse(sql)
             .map_err(|e| EddyError::syntax(e.to_string().replace("sql parser error: ", "")))?;
         sql_rewrite::restore_select_list_subqueries(sql, &mut statements);
-        statements.iter_mut().for_each(sql_rewrite::rewrite);
+        for statement in statements.iter_mut() {
+            sql_rewrite::rewrite(statement)?;
+        }
         let corresponding = corresponding::mentioned(sql);
         let struct_star = struct_star::mentioned(sql);
         let star_except = crate::sql::star_except::mentioned(sql);

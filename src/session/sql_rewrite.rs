@@ -189,11 +189,13 @@ impl VisitorMut for RestoreSubqueries {
     }
 }
 
-pub fn rewrite(statement: &mut Statement) {
+pub fn rewrite(statement: &mut Statement) -> crate::error::Result<()> {
     let _ = statement.visit(&mut ArraySubquery);
     let _ = statement.visit(&mut CatalogScalarSubquery);
     let _ = statement.visit(&mut Int2VectorFunctions);
-    let _ = statement.visit(&mut LikeEscape);
+    if let ControlFlow::Break(error) = statement.visit(&mut LikeEscape) {
+        return Err(error);
+    }
     let _ = statement.visit(&mut WindowFunctions);
     let _ = statement.visit(&mut SeriesColumnAlias);
     let _ = statement.visit(&mut SelectListSeries);
@@ -222,6 +224,7 @@ pub fn rewrite(statement: &mut Statement) {
         }
         _ => {}
     }
+    Ok(())
 }
 
 /// The name DataFusion gives an unaliased select item: a column's own name, also through
@@ -862,9 +865,11 @@ fn mark_counted(body: &mut SetExpr) {
 struct LikeEscape;
 
 impl VisitorMut for LikeEscape {
-    type Break = ();
+    /// A pattern ending with its escape character (`'__' LIKE '___' ESCAPE '_'`): an
+    /// error, as in PostgreSQL.
+    type Break = crate::error::EddyError;
 
-    fn post_visit_expr(&mut self, expr: &mut Expr) -> ControlFlow<()> {
+    fn post_visit_expr(&mut self, expr: &mut Expr) -> ControlFlow<Self::Break> {
         let (Expr::Like {
             pattern,
             escape_char,
@@ -907,10 +912,14 @@ impl VisitorMut for LikeEscape {
         let mut it = text.chars();
         while let Some(c) = it.next() {
             if c == esc {
-                if let Some(next) = it.next() {
-                    out.push('\\');
-                    out.push(next);
-                }
+                let Some(next) = it.next() else {
+                    return ControlFlow::Break(crate::error::EddyError::new(
+                        "22025",
+                        "LIKE pattern must not end with escape character",
+                    ));
+                };
+                out.push('\\');
+                out.push(next);
             } else if c == '\\' {
                 out.push_str("\\\\");
             } else {
