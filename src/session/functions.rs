@@ -112,7 +112,10 @@ pub fn register(ctx: &SessionContext) {
     }));
     ctx.register_udf(super::to_char::udf());
     ctx.register_udaf(super::string_agg_by_row::udaf());
-    for udaf in super::ordered_set_aggregates::udafs() {
+    for udaf in super::ordered_set_aggregates::udafs()
+        .into_iter()
+        .chain(super::arg_min_max::udafs())
+    {
         ctx.register_udaf(udaf);
     }
     ctx.register_udf(super::to_timestamp::udf(ctx.state().config_options()));

@@ -8,6 +8,7 @@
 //! wire messages.
 
 mod age_function;
+mod arg_min_max;
 pub mod cdc;
 mod changelog_function;
 mod client_queries;
