@@ -530,7 +530,6 @@ impl VisitorMut for WideNumberLiterals {
     type Break = ();
 
     fn post_visit_expr(&mut self, expr: &mut Expr) -> ControlFlow<()> {
-        use datafusion::sql::sqlparser::ast::DataType;
         let Expr::Value(v) = expr else {
             return ControlFlow::Continue(());
         };
@@ -540,14 +539,7 @@ impl VisitorMut for WideNumberLiterals {
         if written_out_digits(text).is_none_or(|digits| digits <= 38) {
             return ControlFlow::Continue(());
         }
-        let text = text.clone();
-        *expr = Expr::Cast {
-            kind: datafusion::sql::sqlparser::ast::CastKind::Cast,
-            expr: Box::new(Expr::value(Value::SingleQuotedString(text))),
-            data_type: DataType::DoublePrecision,
-            array: false,
-            format: None,
-        };
+        *expr = as_double(Expr::value(Value::SingleQuotedString(text.clone())));
         ControlFlow::Continue(())
     }
 }
@@ -571,7 +563,7 @@ impl VisitorMut for QuotedNumberArguments {
     type Break = ();
 
     fn post_visit_expr(&mut self, expr: &mut Expr) -> ControlFlow<()> {
-        use datafusion::sql::sqlparser::ast::{DataType, FunctionArg, FunctionArgExpr};
+        use datafusion::sql::sqlparser::ast::{FunctionArg, FunctionArgExpr};
         if let Expr::BinaryOp { left, op, right } = expr {
             quoted_number_in_arithmetic(left, op, right);
             return ControlFlow::Continue(());
@@ -600,13 +592,7 @@ impl VisitorMut for QuotedNumberArguments {
             if text.trim().parse::<f64>().is_err() {
                 continue;
             }
-            *value = Expr::Cast {
-                kind: datafusion::sql::sqlparser::ast::CastKind::Cast,
-                expr: Box::new(value.clone()),
-                data_type: DataType::DoublePrecision,
-                array: false,
-                format: None,
-            };
+            *value = as_double(value.clone());
         }
         ControlFlow::Continue(())
     }
@@ -624,7 +610,7 @@ fn quoted_number_in_arithmetic(
     op: &datafusion::sql::sqlparser::ast::BinaryOperator,
     right: &mut Expr,
 ) {
-    use datafusion::sql::sqlparser::ast::{BinaryOperator, DataType};
+    use datafusion::sql::sqlparser::ast::BinaryOperator;
     if !matches!(
         op,
         BinaryOperator::Plus
@@ -674,13 +660,18 @@ fn quoted_number_in_arithmetic(
         };
         return;
     }
-    *target = Expr::Cast {
+    *target = as_double(target.clone());
+}
+
+/// `CAST(expr AS DOUBLE PRECISION)`.
+fn as_double(expr: Expr) -> Expr {
+    Expr::Cast {
         kind: datafusion::sql::sqlparser::ast::CastKind::Cast,
-        expr: Box::new(target.clone()),
-        data_type: DataType::DoublePrecision,
+        expr: Box::new(expr),
+        data_type: datafusion::sql::sqlparser::ast::DataType::DoublePrecision,
         array: false,
         format: None,
-    };
+    }
 }
 
 /// How many digits a number literal with an exponent has written out as a plain
