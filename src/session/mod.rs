@@ -9,6 +9,7 @@
 
 mod age_function;
 mod arg_min_max;
+mod at_time_zone;
 pub mod cdc;
 mod changelog_function;
 mod client_queries;
