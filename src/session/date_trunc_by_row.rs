@@ -95,7 +95,9 @@ impl ScalarUDFImpl for TruncByRow {
     fn invoke_with_args(&self, args: ScalarFunctionArgs) -> Result<ColumnarValue> {
         let rows = args.number_rows;
         let call = |unit: &str, values: ArrayRef| -> Result<ArrayRef> {
+            // `date_trunc` itself reads every unit of an interval.
             let unit = match unit_of(unit) {
+                _ if matches!(values.data_type(), DataType::Interval(_)) => unit.to_string(),
                 TruncUnit::Native(unit) => unit,
                 TruncUnit::Years(group) => {
                     return truncate_years(&values, group, &self.return_type);
