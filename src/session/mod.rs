@@ -10,6 +10,7 @@
 mod age_function;
 mod arg_min_max;
 mod at_time_zone;
+mod bytea_escape;
 pub mod cdc;
 mod changelog_function;
 mod client_queries;

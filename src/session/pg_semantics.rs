@@ -145,6 +145,18 @@ pub fn parse_bytea(text: &str) -> Result<Vec<u8>> {
             })
             .collect();
     }
+    parse_bytea_escape(text)
+}
+
+/// Parses bytea's escape format (`\\` a backslash, `\nnn` an octal byte, any other
+/// character its UTF-8 bytes): what `decode(text, 'escape')` reads.
+pub fn parse_bytea_escape(text: &str) -> Result<Vec<u8>> {
+    let invalid = || {
+        EddyError::new(
+            sqlstate::INVALID_TEXT_REPRESENTATION,
+            format!("invalid input syntax for type bytea: \"{text}\""),
+        )
+    };
     let bytes = text.as_bytes();
     let mut out = Vec::with_capacity(bytes.len());
     let mut i = 0;

@@ -191,6 +191,7 @@ impl VisitorMut for RestoreSubqueries {
 
 pub fn rewrite(statement: &mut Statement) -> crate::error::Result<()> {
     let _ = statement.visit(&mut super::at_time_zone::AtTimeZoneSyntax);
+    let _ = statement.visit(&mut super::bytea_escape::EncodedLiterals);
     let _ = statement.visit(&mut ArraySubquery);
     let _ = statement.visit(&mut CatalogScalarSubquery);
     let _ = statement.visit(&mut Int2VectorFunctions);
