@@ -13,6 +13,7 @@
 //! `timestamp with time zone` came back unchanged; the syntax is rewritten into this
 //! function before planning. Zones are IANA names (`Europe/Paris`) or `UTC`.
 
+use super::sql_rewrite::function_call as call;
 use arrow::array::{Array, ArrayRef, AsArray, TimestampMicrosecondArray};
 use arrow::compute::cast;
 use arrow::datatypes::{DataType, TimeUnit, TimestampMicrosecondType};
@@ -23,8 +24,7 @@ use datafusion::logical_expr::{
     ColumnarValue, ScalarFunctionArgs, ScalarUDF, ScalarUDFImpl, Signature, Volatility,
 };
 use datafusion::sql::sqlparser::ast::{
-    Expr, Function, FunctionArg, FunctionArgExpr, FunctionArgumentList, FunctionArguments, Ident,
-    ObjectName, SelectItem, VisitorMut,
+    Expr, FunctionArg, FunctionArgExpr, FunctionArguments, Ident, SelectItem, VisitorMut,
 };
 use std::ops::ControlFlow;
 use std::sync::Arc;
@@ -178,26 +178,6 @@ fn instant(micros: i64, tz: Tz) -> Result<i64> {
 /// zone)` into `timezone(zone, date_trunc(unit, timezone(zone, x)))`; a select item
 /// that was such a `date_trunc` keeps its name.
 pub struct AtTimeZoneSyntax;
-
-fn call(name: &str, args: Vec<Expr>) -> Expr {
-    Expr::Function(Function {
-        name: ObjectName::from(vec![Ident::new(name)]),
-        uses_odbc_syntax: false,
-        parameters: FunctionArguments::None,
-        args: FunctionArguments::List(FunctionArgumentList {
-            duplicate_treatment: None,
-            args: args
-                .into_iter()
-                .map(|a| FunctionArg::Unnamed(FunctionArgExpr::Expr(a)))
-                .collect(),
-            clauses: vec![],
-        }),
-        filter: None,
-        null_treatment: None,
-        over: None,
-        within_group: vec![],
-    })
-}
 
 /// The arguments of `date_trunc(unit, x, zone)`, if `expr` is one.
 fn zoned_date_trunc(expr: &Expr) -> Option<[Expr; 3]> {

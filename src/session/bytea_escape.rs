@@ -138,13 +138,10 @@ impl VisitorMut for EncodedLiterals {
             && let Expr::Value(v) = value
             && matches!(v.value, Value::SingleQuotedString(_))
         {
-            *value = Expr::Cast {
-                kind: datafusion::sql::sqlparser::ast::CastKind::DoubleColon,
-                expr: Box::new(value.clone()),
-                data_type: datafusion::sql::sqlparser::ast::DataType::Bytea,
-                array: false,
-                format: None,
-            };
+            *value = super::sql_rewrite::cast_to(
+                value.clone(),
+                datafusion::sql::sqlparser::ast::DataType::Bytea,
+            );
         }
         ControlFlow::Continue(())
     }

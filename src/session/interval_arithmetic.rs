@@ -19,8 +19,7 @@ use datafusion::logical_expr::{
     ScalarUDFImpl, Signature, Volatility, binary_expr, lit,
 };
 use datafusion::sql::sqlparser::ast::{
-    BinaryOperator, CastKind, DataType as SqlType, Expr, Function, FunctionArg, FunctionArgExpr,
-    FunctionArgumentList, FunctionArguments, Ident, ObjectName, VisitorMut,
+    BinaryOperator, CastKind, DataType as SqlType, Expr, VisitorMut,
 };
 use std::ops::ControlFlow;
 use std::sync::{Arc, LazyLock};
@@ -40,28 +39,9 @@ fn is_interval(expr: &Expr) -> bool {
 }
 
 fn call(interval: Expr, factor: Expr) -> Expr {
-    let arg = |e: Expr| FunctionArg::Unnamed(FunctionArgExpr::Expr(e));
-    let factor = Expr::Cast {
-        kind: CastKind::Cast,
-        expr: Box::new(Expr::Nested(Box::new(factor))),
-        data_type: SqlType::DoublePrecision,
-        array: false,
-        format: None,
-    };
-    Expr::Function(Function {
-        name: ObjectName::from(vec![Ident::new(INTERVAL_MUL)]),
-        uses_odbc_syntax: false,
-        parameters: FunctionArguments::None,
-        args: FunctionArguments::List(FunctionArgumentList {
-            duplicate_treatment: None,
-            args: vec![arg(interval), arg(factor)],
-            clauses: vec![],
-        }),
-        filter: None,
-        null_treatment: None,
-        over: None,
-        within_group: vec![],
-    })
+    let factor =
+        super::sql_rewrite::cast_to(Expr::Nested(Box::new(factor)), SqlType::DoublePrecision);
+    super::sql_rewrite::function_call(INTERVAL_MUL, vec![interval, factor])
 }
 
 impl VisitorMut for IntervalArithmetic {

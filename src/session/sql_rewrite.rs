@@ -307,29 +307,12 @@ impl VisitorMut for SimilarTo {
         else {
             return ControlFlow::Continue(());
         };
-        let arg = |e: Expr| FunctionArg::Unnamed(FunctionArgExpr::Expr(e));
-        let call = |name: &str, args: Vec<FunctionArg>| {
-            Expr::Function(datafusion::sql::sqlparser::ast::Function {
-                name: ObjectName::from(vec![Ident::new(name)]),
-                uses_odbc_syntax: false,
-                parameters: FunctionArguments::None,
-                args: FunctionArguments::List(FunctionArgumentList {
-                    duplicate_treatment: None,
-                    args,
-                    clauses: vec![],
-                }),
-                filter: None,
-                null_treatment: None,
-                over: None,
-                within_group: vec![],
-            })
-        };
-        let mut regex_args = vec![arg(pattern.as_ref().clone())];
+        let mut regex_args = vec![pattern.as_ref().clone()];
         if let Some(escape) = escape_char {
-            regex_args.push(arg(Expr::Value(escape.clone())));
+            regex_args.push(Expr::Value(escape.clone()));
         }
-        let regex = call(super::similar_to::SIMILAR_TO_REGEX, regex_args);
-        let like = call("regexp_like", vec![arg(text.as_ref().clone()), arg(regex)]);
+        let regex = function_call(super::similar_to::SIMILAR_TO_REGEX, regex_args);
+        let like = function_call("regexp_like", vec![text.as_ref().clone(), regex]);
         *expr = if *negated {
             Expr::UnaryOp {
                 op: datafusion::sql::sqlparser::ast::UnaryOperator::Not,
@@ -667,13 +650,42 @@ fn quoted_number_in_arithmetic(
 
 /// `CAST(expr AS DOUBLE PRECISION)`.
 fn as_double(expr: Expr) -> Expr {
+    cast_to(
+        expr,
+        datafusion::sql::sqlparser::ast::DataType::DoublePrecision,
+    )
+}
+
+/// `CAST(expr AS data_type)`, for rewrites that build SQL.
+pub(super) fn cast_to(expr: Expr, data_type: datafusion::sql::sqlparser::ast::DataType) -> Expr {
     Expr::Cast {
         kind: datafusion::sql::sqlparser::ast::CastKind::Cast,
         expr: Box::new(expr),
-        data_type: datafusion::sql::sqlparser::ast::DataType::DoublePrecision,
+        data_type,
         array: false,
         format: None,
     }
+}
+
+/// `name(args...)`, a plain call, for rewrites that build SQL.
+pub(super) fn function_call(name: &str, args: Vec<Expr>) -> Expr {
+    Expr::Function(datafusion::sql::sqlparser::ast::Function {
+        name: ObjectName::from(vec![Ident::new(name)]),
+        uses_odbc_syntax: false,
+        parameters: FunctionArguments::None,
+        args: FunctionArguments::List(FunctionArgumentList {
+            duplicate_treatment: None,
+            args: args
+                .into_iter()
+                .map(|a| FunctionArg::Unnamed(FunctionArgExpr::Expr(a)))
+                .collect(),
+            clauses: vec![],
+        }),
+        filter: None,
+        null_treatment: None,
+        over: None,
+        within_group: vec![],
+    })
 }
 
 /// How many digits a number literal with an exponent has written out as a plain
