@@ -19,6 +19,7 @@ pub mod session;
 pub mod sql;
 pub mod state;
 pub mod stream;
+pub mod time_zones;
 
 /// Every binary linking Eddy (the server, its tests and benchmarks) allocates through
 /// mimalloc: batches are built on one worker and freed on another, which glibc's malloc

@@ -138,7 +138,12 @@ pub(crate) fn write_text(
         }
         DataType::Timestamp(TimeUnit::Microsecond, tz) => {
             let micros = array.as_primitive::<TimestampMicrosecondType>().value(row);
-            s = format_timestamp(micros, tz.is_some());
+            s = match tz.as_deref() {
+                Some(zone) if !crate::time_zones::is_utc(zone) => {
+                    format_timestamp_in_zone(micros, zone)
+                }
+                zone => format_timestamp(micros, zone.is_some()),
+            };
             Ok(())
         }
         DataType::Interval(IntervalUnit::MonthDayNano) => {
@@ -315,6 +320,26 @@ pub fn format_timestamp(micros: i64, with_tz: bool) -> String {
         s
     };
     with_era(naive.year(), text, if with_tz { "+00:00" } else { "" })
+}
+
+/// A `timestamp with time zone` shown in `zone` (an IANA name or an offset): its
+/// wall-clock time there and the offset then, `2022-01-01 00:00:00-08:00`.
+pub fn format_timestamp_in_zone(micros: i64, zone: &str) -> String {
+    let local =
+        crate::time_zones::parse(zone).and_then(|tz| crate::time_zones::local_time(micros, &tz));
+    let Some((naive, offset)) = local else {
+        return format_timestamp(micros, true);
+    };
+    let text = |year: i32| {
+        let mut s = format!("{year:04}-{}", naive.format("%m-%d %H:%M:%S"));
+        push_fraction(&mut s, naive.nanosecond() / 1000);
+        s
+    };
+    with_era(
+        naive.year(),
+        text,
+        &crate::time_zones::format_offset(offset),
+    )
 }
 
 /// An interval in PostgreSQL's default `postgres` style: `1 year 2 mons 3 days 04:05:06`.

@@ -121,11 +121,22 @@ impl Eddy {
             return Ok(DBOutput::StatementComplete(n));
         }
         let result = self.client.query(&stmt, &[]).await?;
+        // A client shows a binary `timestamptz` (an instant) in the session's zone.
+        let zone = if stmt
+            .columns()
+            .iter()
+            .any(|c| *c.type_() == Type::TIMESTAMPTZ)
+        {
+            let zone = self.client.query_one("SHOW timezone", &[]).await?;
+            Some(zone.get::<_, String>(0))
+        } else {
+            None
+        };
         let rows = result
             .iter()
             .map(|row| {
                 (0..row.len())
-                    .map(|i| binary_value_text(row, i))
+                    .map(|i| binary_value_text(row, i, zone.as_deref()))
                     .collect::<Result<Vec<_>, _>>()
             })
             .collect::<Result<Vec<_>, _>>()?;
@@ -158,12 +169,23 @@ impl<'a> FromSql<'a> for Raw {
 }
 
 /// Formats a binary result value the way PostgreSQL prints the same value as text.
-fn binary_value_text(row: &tokio_postgres::Row, i: usize) -> Result<String, SqlError> {
+fn binary_value_text(
+    row: &tokio_postgres::Row,
+    i: usize,
+    zone: Option<&str>,
+) -> Result<String, SqlError> {
     let ty = row.columns()[i].type_().clone();
     let err = |e: tokio_postgres::Error| SqlError::from(e);
     let Some(Raw(raw)) = row.try_get::<_, Option<Raw>>(i).map_err(err)? else {
         return Ok("NULL".into());
     };
+    if ty == Type::TIMESTAMPTZ
+        && let Some(zone) = zone
+    {
+        let micros = i64::from_be_bytes(raw[..8].try_into().unwrap());
+        let text = eddy::server::encode::format_timestamp_in_zone(micros + PG_EPOCH_MICROS, zone);
+        return Ok(display_text(&text));
+    }
     Ok(display_text(&binary_text(&ty, &raw)))
 }
 

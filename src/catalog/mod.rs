@@ -129,6 +129,11 @@ pub struct Relation {
     /// `COMMENT ON TABLE | VIEW | MATERIALIZED VIEW ...`'s text.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub description: Option<String>,
+    /// The time zone of the session that created a materialized view or sink, if not
+    /// UTC: its query reads and computes wall-clock times there, also when planned
+    /// again at a restart.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub time_zone: Option<String>,
 }
 
 /// One column of a [`Relation::scan_order`].
@@ -159,6 +164,7 @@ impl Relation {
             state_layout: vec![],
             scan_order: vec![],
             description: None,
+            time_zone: None,
         }
     }
 

@@ -11,6 +11,7 @@ use crate::catalog::types::{
 use crate::error::{EddyError, Result};
 pub use crate::pg_text::{
     format_date, format_decimal, format_float, format_interval, format_timestamp,
+    format_timestamp_in_zone,
 };
 use crate::pg_text::{normalize, write_text};
 use arrow::array::{Array, ArrayRef, AsArray, RecordBatch};

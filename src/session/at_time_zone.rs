@@ -129,21 +129,18 @@ impl ScalarUDFImpl for AtTimeZone {
     }
 }
 
-/// A time zone by its IANA name or `UTC`.
-fn parse_zone(name: &str) -> Result<Tz> {
-    match name.trim().parse::<Tz>() {
-        Ok(tz) => Ok(tz),
-        Err(_) => {
-            let upper = name.trim().to_ascii_uppercase();
-            match upper.as_str() {
-                "UTC" | "GMT" | "Z" | "ZULU" => Ok(Tz::UTC),
-                _ => Err(crate::error::EddyError::new(
-                    crate::error::sqlstate::INVALID_PARAMETER_VALUE,
-                    format!("time zone \"{name}\" not recognized"),
-                )
-                .into_datafusion()),
-            }
-        }
+/// A time zone by its IANA name in any case (`us/pacific`) or `UTC`.
+pub(super) fn parse_zone(name: &str) -> Result<Tz> {
+    if let Ok(tz) = name.trim().parse::<Tz>() {
+        return Ok(tz);
+    }
+    match crate::time_zones::canonical_name(name).and_then(|n| n.parse::<Tz>().ok()) {
+        Some(tz) => Ok(tz),
+        None => Err(crate::error::EddyError::new(
+            crate::error::sqlstate::INVALID_PARAMETER_VALUE,
+            format!("time zone \"{name}\" not recognized"),
+        )
+        .into_datafusion()),
     }
 }
 
@@ -160,7 +157,7 @@ fn wall_clock(micros: i64, tz: Tz) -> Result<i64> {
 }
 
 /// The instant of the wall-clock time `micros` in `tz`.
-fn instant(micros: i64, tz: Tz) -> Result<i64> {
+pub(super) fn instant(micros: i64, tz: Tz) -> Result<i64> {
     let Some(local) = DateTime::from_timestamp_micros(micros).map(|t| t.naive_utc()) else {
         return exec_err!("timestamp out of range");
     };

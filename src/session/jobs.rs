@@ -132,6 +132,7 @@ async fn replan(engine: &Engine, rel: &Relation) -> Result<StreamGraph> {
         &rel.definition,
         parallelism,
         rel.emit_on_window_close,
+        rel.time_zone.as_deref(),
     )
     .await?;
     Ok(graph)

@@ -13,14 +13,16 @@ use crate::stream::graph::{FragmentInput, StreamGraph, Terminal};
 use crate::stream::job::JobOutput;
 use datafusion::sql::sqlparser::ast::{self, CreateView};
 
-/// Plans a view's or sink's query as a stream graph.
+/// Plans a view's or sink's query as a stream graph, in the time zone of the session that
+/// created it (`None`: UTC).
 pub(super) async fn plan_graph(
     engine: &Engine,
     query_sql: &str,
     parallelism: usize,
     emit_on_window_close: bool,
+    time_zone: Option<&str>,
 ) -> Result<(datafusion::logical_expr::LogicalPlan, StreamGraph)> {
-    let plan = engine.plan_streaming_query(query_sql).await?;
+    let plan = engine.plan_streaming_query(query_sql, time_zone).await?;
     let state = engine.ctx.state();
     let graph = plan_job(
         &plan,
@@ -81,6 +83,7 @@ pub(super) async fn explain(
         &view.query.to_string(),
         parallelism,
         emit_on_window_close,
+        session.time_zone().as_deref(),
     )
     .await?;
     text_rows("QUERY PLAN", graph.explain(Terminal::Materialize))
@@ -118,7 +121,15 @@ pub(super) async fn create(
     let query_sql = query.to_string();
     // Check the whole query is supported before anything is recorded.
     let parallelism = session.streaming_parallelism()?;
-    let (plan, graph) = plan_graph(engine, &query_sql, parallelism, emit_on_window_close).await?;
+    let time_zone = session.time_zone();
+    let (plan, graph) = plan_graph(
+        engine,
+        &query_sql,
+        parallelism,
+        emit_on_window_close,
+        time_zone.as_deref(),
+    )
+    .await?;
     let names: Vec<String> = if view.columns.is_empty() {
         super::column_names::view_column_names(&query, graph.schema.fields())
     } else {
@@ -144,6 +155,7 @@ pub(super) async fn create(
         emit_on_window_close,
         state_layout: graph.state_layout()?,
         scan_order,
+        time_zone,
         ..Relation::new(name.clone(), RelationKind::MaterializedView)
     })?;
     let table = engine.schema_provider.state_table_for(&rel)?;

@@ -53,6 +53,7 @@ mod round_places;
 pub mod rounding_casts;
 mod scalar_subqueries;
 mod scan_order;
+mod session_time_zone;
 mod session_windows;
 pub mod set_operations;
 mod show;
@@ -336,9 +337,17 @@ impl Engine {
     }
 
     /// Plans a streaming query: parsed, planned and optimized by DataFusion, ready for
-    /// [`crate::planner::plan_job`].
-    pub async fn plan_streaming_query(&self, sql: &str) -> Result<LogicalPlan> {
-        let state = self.ctx.state();
+    /// [`crate::planner::plan_job`]; `time_zone` is the session's zone the query was
+    /// written in, if not UTC (see `session_time_zone.rs`).
+    pub async fn plan_streaming_query(
+        &self,
+        sql: &str,
+        time_zone: Option<&str>,
+    ) -> Result<LogicalPlan> {
+        let mut state = self.ctx.state();
+        if let Some(zone) = time_zone {
+            state.add_analyzer_rule(Arc::new(session_time_zone::SessionTimeZone::new(zone)));
+        }
         // A sink's query comes here as text without going through `parse`.
         let stars = hidden_columns::expand_stars_in(sql, &self.catalog);
         let sql = stars.as_deref().unwrap_or(sql);
@@ -944,6 +953,9 @@ impl Session {
     /// reads see what it staged).
     fn statement_state(&self) -> datafusion::execution::SessionState {
         let mut state = self.engine.ctx.state();
+        if let Some(zone) = self.time_zone() {
+            state.add_analyzer_rule(Arc::new(session_time_zone::SessionTimeZone::new(&zone)));
+        }
         state
             .config_mut()
             .set_extension(Arc::new(crate::state::PinnedSnapshot(
@@ -971,7 +983,13 @@ impl Session {
         let schema: SchemaRef = Arc::new(df.schema().as_arrow().clone());
         let batches = df.collect().await?;
         match dml {
-            None => Ok(Outcome::Rows { schema, batches }),
+            None => {
+                let (schema, batches) = match self.time_zone() {
+                    Some(zone) => session_time_zone::label_output(schema, batches, &zone)?,
+                    None => (schema, batches),
+                };
+                Ok(Outcome::Rows { schema, batches })
+            }
             Some(op) => {
                 self.implicit_flush().await?;
                 let count = dml_count(&batches);
@@ -986,6 +1004,12 @@ impl Session {
                 Ok(Outcome::Command(tag))
             }
         }
+    }
+
+    /// The session's time zone (`SET TIME ZONE`), unless it is UTC, Eddy's default.
+    pub(crate) fn time_zone(&self) -> Option<String> {
+        let zone = self.vars.lock().get("TimeZone").ok()?;
+        (zone != crate::time_zones::UTC).then_some(zone)
     }
 
     /// The parallelism of jobs created now: `SET streaming_parallelism`, by default the

@@ -28,8 +28,15 @@ pub(super) async fn create(session: &Session, sink: CreateSink) -> Result<Outcom
         _ => return Err(EddyError::syntax("a sink's query is one SELECT")),
     };
     let parallelism = session.streaming_parallelism()?;
-    let (mut plan, mut graph) =
-        super::materialized_views::plan_graph(engine, &query, parallelism, false).await?;
+    let time_zone = session.time_zone();
+    let (mut plan, mut graph) = super::materialized_views::plan_graph(
+        engine,
+        &query,
+        parallelism,
+        false,
+        time_zone.as_deref(),
+    )
+    .await?;
     let mut query = query;
     let mut target = None;
     let options = match &sink.into {
@@ -39,8 +46,14 @@ pub(super) async fn create(session: &Session, sink: CreateSink) -> Result<Outcom
             // Planned again as the table's whole rows (defaults where the query gives
             // no value).
             query = prepared.query.clone();
-            (plan, graph) =
-                super::materialized_views::plan_graph(engine, &query, parallelism, false).await?;
+            (plan, graph) = super::materialized_views::plan_graph(
+                engine,
+                &query,
+                parallelism,
+                false,
+                time_zone.as_deref(),
+            )
+            .await?;
             target = Some(prepared.table.id);
             prepared.options
         }
@@ -55,6 +68,7 @@ pub(super) async fn create(session: &Session, sink: CreateSink) -> Result<Outcom
         options,
         parallelism: session.chosen_streaming_parallelism()?,
         state_layout: graph.state_layout()?,
+        time_zone,
         ..Relation::new(sink.name.clone(), RelationKind::Sink)
     };
     // Options, and the target itself, are checked before anything is created.

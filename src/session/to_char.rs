@@ -2,11 +2,13 @@
 //! (`YYYY-MM-DD HH24:MI:SS`, `Mon`, `FMDay`, `HH12:MI AM`, `"quoted text"`, ...), as
 //! RisingWave and PostgreSQL read them; DataFusion's own `to_char` takes chrono's
 //! `%Y-%m-%d`. Other argument types (intervals, durations) go to DataFusion's function.
-//! Timestamps with time zone are shown in UTC, the session's zone.
+//! Timestamps with time zone are shown in the zone their values are labelled with (the
+//! session's, `session_time_zone.rs`), UTC for stored columns.
 
 use arrow::array::{Array, ArrayRef, AsArray, StringBuilder};
 use arrow::datatypes::{DataType, TimeUnit};
-use chrono::{Datelike, NaiveDateTime, Timelike};
+use chrono::{Datelike, NaiveDateTime, Offset, Timelike};
+use chrono_tz::OffsetName;
 use datafusion::common::{Result, ScalarValue, exec_err};
 use datafusion::logical_expr::{
     ColumnarValue, ScalarFunctionArgs, ScalarUDF, ScalarUDFImpl, Signature, Volatility,
@@ -41,9 +43,19 @@ impl ScalarUDFImpl for ToChar {
 
     fn invoke_with_args(&self, args: ScalarFunctionArgs) -> Result<ColumnarValue> {
         let value_type = args.args[0].data_type();
-        let with_zone = match &value_type {
-            DataType::Timestamp(_, tz) => tz.is_some(),
-            DataType::Date32 | DataType::Date64 | DataType::Null => false,
+        // The zone a `timestamptz` is shown in: the one its values are labelled with (the
+        // session's).
+        let zone = match &value_type {
+            DataType::Timestamp(_, Some(label)) => Some(
+                label
+                    .parse::<chrono_tz::Tz>()
+                    .ok()
+                    .filter(|_| !crate::time_zones::is_utc(label))
+                    .unwrap_or(chrono_tz::Tz::UTC),
+            ),
+            DataType::Timestamp(_, None) | DataType::Date32 | DataType::Date64 | DataType::Null => {
+                None
+            }
             _ => return self.fallback.invoke_with_args(args),
         };
         let rows = args.number_rows;
@@ -73,7 +85,17 @@ impl ScalarUDFImpl for ToChar {
                 return exec_err!("timestamp out of range");
             };
             let items = &parsed.as_ref().expect("parsed above").1;
-            out.append_value(format(items, &time.naive_utc(), with_zone));
+            match zone {
+                Some(tz) => {
+                    let local = time.with_timezone(&tz);
+                    let shown = ShownZone {
+                        abbreviation: local.offset().abbreviation().unwrap_or("").to_string(),
+                        seconds_east: local.offset().fix().local_minus_utc(),
+                    };
+                    out.append_value(format(items, &local.naive_local(), Some(&shown)));
+                }
+                None => out.append_value(format(items, &time.naive_utc(), None)),
+            }
         }
         let array: ArrayRef = Arc::new(out.finish());
         Ok(if scalar {
@@ -358,7 +380,21 @@ fn ordinal_suffix(n: i64, case: Case) -> String {
     }
 }
 
-fn format(items: &[Item], t: &NaiveDateTime, with_zone: bool) -> String {
+/// A zone offset's signed hours, `+00`, `-08`.
+fn zone_hours(seconds_east: i32) -> String {
+    let sign = if seconds_east < 0 { '-' } else { '+' };
+    format!("{sign}{:02}", seconds_east.unsigned_abs() / 3600)
+}
+
+/// The zone a `timestamptz` is shown in, at the time shown.
+struct ShownZone {
+    /// `UTC`, `PST`, or the offset where the zone has no abbreviation (`+0530`).
+    abbreviation: String,
+    seconds_east: i32,
+}
+
+/// `t` (wall-clock time) as `items` say; `zone` for a `timestamptz`.
+fn format(items: &[Item], t: &NaiveDateTime, zone: Option<&ShownZone>) -> String {
     let mut out = String::new();
     for item in items {
         let (field, case, fill_mode, ordinal) = match item {
@@ -543,35 +579,31 @@ fn format(items: &[Item], t: &NaiveDateTime, with_zone: bool) -> String {
             }
             Field::ZoneName => (
                 None,
-                if with_zone {
-                    cased("UTC", case)
-                } else {
-                    String::new()
-                },
+                zone.map(|z| cased(&z.abbreviation, case))
+                    .unwrap_or_default(),
             ),
+            // PostgreSQL's `OF`: `+00`, `-08`, `+05:30`.
             Field::ZoneOffset => (
                 None,
-                if with_zone {
-                    "+00".into()
-                } else {
-                    String::new()
-                },
+                zone.map(|z| {
+                    let minutes = z.seconds_east.unsigned_abs() / 60 % 60;
+                    let hours = zone_hours(z.seconds_east);
+                    if minutes == 0 {
+                        hours
+                    } else {
+                        format!("{hours}:{minutes:02}")
+                    }
+                })
+                .unwrap_or_default(),
             ),
             Field::ZoneHours => (
                 None,
-                if with_zone {
-                    "+00".into()
-                } else {
-                    String::new()
-                },
+                zone.map(|z| zone_hours(z.seconds_east)).unwrap_or_default(),
             ),
             Field::ZoneMinutes => (
                 None,
-                if with_zone {
-                    "00".into()
-                } else {
-                    String::new()
-                },
+                zone.map(|z| format!("{:02}", z.seconds_east.unsigned_abs() / 60 % 60))
+                    .unwrap_or_default(),
             ),
         };
         out.push_str(&text);
@@ -591,7 +623,30 @@ mod tests {
     }
 
     fn fmt(template: &str, time: &str) -> String {
-        format(&parse(template), &at(time), true)
+        let utc = ShownZone {
+            abbreviation: "UTC".into(),
+            seconds_east: 0,
+        };
+        format(&parse(template), &at(time), Some(&utc))
+    }
+
+    #[test]
+    fn formats_zone_fields_of_other_zones() {
+        let india = ShownZone {
+            abbreviation: "IST".into(),
+            seconds_east: 5 * 3600 + 30 * 60,
+        };
+        let t = at("2024-03-05 13:04:05");
+        assert_eq!(
+            format(&parse("TZ OF TZH:TZM"), &t, Some(&india)),
+            "IST +05:30 +05:30"
+        );
+        let pacific = ShownZone {
+            abbreviation: "PST".into(),
+            seconds_east: -8 * 3600,
+        };
+        assert_eq!(format(&parse("tz OF"), &t, Some(&pacific)), "pst -08");
+        assert_eq!(format(&parse("HH24 TZ"), &t, None), "13 ");
     }
 
     #[test]

@@ -318,18 +318,24 @@ impl SessionVars {
                 }
                 "UTF8".to_string()
             }
-            "timezone" => {
-                let v = value.trim();
-                if !matches!(
-                    v.to_ascii_uppercase().as_str(),
-                    "UTC" | "ETC/UTC" | "GMT" | "Z" | "+00:00" | "0"
-                ) {
-                    return Err(EddyError::not_supported(format!(
-                        "time zone \"{v}\" is not supported yet; Eddy sessions run in UTC"
-                    )));
-                }
-                "UTC".to_string()
+            // `LOCAL` and `DEFAULT` are the server's zone, UTC.
+            "timezone"
+                if matches!(
+                    value.trim().to_ascii_uppercase().as_str(),
+                    "LOCAL" | "DEFAULT" | "0"
+                ) =>
+            {
+                crate::time_zones::UTC.to_string()
             }
+            "timezone" => crate::time_zones::canonical_name(value).ok_or_else(|| {
+                EddyError::new(
+                    sqlstate::INVALID_PARAMETER_VALUE,
+                    format!(
+                        "invalid value for parameter \"TimeZone\": \"{}\"",
+                        value.trim()
+                    ),
+                )
+            })?,
             // 0 means the default, as in RisingWave.
             "streaming_parallelism" => {
                 let value = value.trim().to_ascii_lowercase();
