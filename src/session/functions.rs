@@ -125,6 +125,9 @@ pub fn register(ctx: &SessionContext) {
     ctx.register_udf(super::make_interval::udf());
     ctx.register_udf(super::at_time_zone::udf());
     ctx.register_udf(super::date_trunc_units::udf());
+    for udf in super::bytea_escape::conversion_udfs() {
+        ctx.register_udf(udf);
+    }
     for udf in super::bytea_escape::udfs() {
         ctx.register_udf(udf);
     }
