@@ -289,3 +289,54 @@ async fn returning_with_typed_parameters() {
         .unwrap();
     assert_eq!(left.get::<_, i64>(0), 0);
 }
+
+/// Opens a connection with extra startup parameters in its connection string.
+async fn connect_with(server: &TestServer, extra: &str) -> tokio_postgres::Client {
+    let conn = format!("{} {extra}", server.conn_string());
+    let (client, connection) = tokio_postgres::connect(&conn, tokio_postgres::NoTls)
+        .await
+        .expect("connect to eddy");
+    tokio::spawn(async move {
+        let _ = connection.await;
+    });
+    client
+}
+
+#[tokio::test]
+async fn startup_options_set_the_session_and_its_time_zone() {
+    let server = TestServer::start();
+    // `options=-c name=value`, as libpq's PGOPTIONS sends them.
+    let tokyo = connect_with(
+        &server,
+        "options='-c timezone=asia/tokyo -c application_name=startup\\\\ test'",
+    )
+    .await;
+    let zone: String = tokyo.query_one("SHOW timezone", &[]).await.unwrap().get(0);
+    assert_eq!(zone, "Asia/Tokyo");
+    let app: String = tokyo
+        .query_one("SHOW application_name", &[])
+        .await
+        .unwrap()
+        .get(0);
+    assert_eq!(app, "startup test");
+    let text = tokyo
+        .simple_query("SELECT '2024-01-01 00:00:00+00'::timestamptz")
+        .await
+        .unwrap();
+    let shown = text.iter().find_map(|m| match m {
+        tokio_postgres::SimpleQueryMessage::Row(r) => r.get(0).map(str::to_string),
+        _ => None,
+    });
+    assert_eq!(shown.as_deref(), Some("2024-01-01 09:00:00+09:00"));
+    // Binary values are instants whatever the zone.
+    let instant: chrono::DateTime<chrono::Utc> = tokyo
+        .query_one("SELECT '2024-01-01 09:00:00'::timestamptz", &[])
+        .await
+        .unwrap()
+        .get(0);
+    assert_eq!(instant.to_rfc3339(), "2024-01-01T00:00:00+00:00");
+    // Another session is not affected; a zone Eddy does not know leaves UTC.
+    let other = connect_with(&server, "options='-c timezone=Mars/Olympus'").await;
+    let zone: String = other.query_one("SHOW timezone", &[]).await.unwrap().get(0);
+    assert_eq!(zone, "UTC");
+}

@@ -56,11 +56,80 @@ impl EddyStartupHandler {
     fn open_session<C: ClientInfo>(&self, client: &C) {
         if client.session_extensions().get::<Session>().is_none() {
             let user = user_of(client);
-            client
-                .session_extensions()
-                .insert(Session::new(self.engine.clone(), user));
+            let session = Session::new(self.engine.clone(), user);
+            // A client's `TimeZone` (JDBC sends its own zone) is the session's zone, as
+            // in PostgreSQL; one Eddy does not know leaves UTC.
+            if let Some(zone) = startup_time_zone(client) {
+                let _ = session.set_startup_parameter("TimeZone", &zone);
+            }
+            // `options=-c name=value` (libpq's `PGOPTIONS`): settings for the session.
+            if let Some(options) = client.metadata().get("options") {
+                for (name, value) in command_line_settings(options) {
+                    if let Err(e) = session.set_startup_parameter(&name, &value) {
+                        tracing::warn!(%name, %value, error = %e, "startup option ignored");
+                    }
+                }
+            }
+            client.session_extensions().insert(session);
         }
     }
+}
+
+/// The `name=value` settings of a startup `options` string, as PostgreSQL reads it:
+/// `-c name=value`, `-cname=value` or `--name=value`, separated by spaces (a space
+/// inside a value escaped with a backslash).
+fn command_line_settings(options: &str) -> Vec<(String, String)> {
+    let mut words = Vec::new();
+    let mut word = String::new();
+    let mut chars = options.chars();
+    while let Some(c) = chars.next() {
+        match c {
+            '\\' => word.extend(chars.next()),
+            c if c.is_whitespace() => {
+                if !word.is_empty() {
+                    words.push(std::mem::take(&mut word));
+                }
+            }
+            c => word.push(c),
+        }
+    }
+    if !word.is_empty() {
+        words.push(word);
+    }
+    let mut settings = Vec::new();
+    let mut words = words.into_iter();
+    while let Some(word) = words.next() {
+        let setting = if word == "-c" {
+            words.next()
+        } else {
+            word.strip_prefix("--")
+                .or_else(|| word.strip_prefix("-c"))
+                .map(str::to_string)
+        };
+        if let Some((name, value)) = setting.as_deref().and_then(|s| s.split_once('=')) {
+            settings.push((name.replace('-', "_"), value.to_string()));
+        }
+    }
+    settings
+}
+
+/// The `TimeZone` startup parameter (libpq sends `PGTZ` as `timezone`), in any case, or
+/// one set in the startup `options`.
+fn startup_time_zone<C: ClientInfo>(client: &C) -> Option<String> {
+    let metadata = client.metadata();
+    let from_options = metadata.get("options").and_then(|options| {
+        command_line_settings(options)
+            .into_iter()
+            .rev()
+            .find(|(name, _)| name.eq_ignore_ascii_case("timezone"))
+            .map(|(_, value)| value)
+    });
+    from_options.or_else(|| {
+        metadata
+            .iter()
+            .find(|(k, _)| k.eq_ignore_ascii_case("timezone"))
+            .map(|(_, v)| v.clone())
+    })
 }
 
 fn user_of<C: ClientInfo>(client: &C) -> String {
@@ -171,6 +240,9 @@ impl ServerParameterProvider for ServerParameters {
             .get(METADATA_APPLICATION_NAME)
             .cloned()
             .unwrap_or_default();
+        let zone = startup_time_zone(client)
+            .and_then(|z| crate::time_zones::canonical_name(&z))
+            .unwrap_or_else(|| crate::time_zones::UTC.to_string());
         let params = [
             ("application_name", app.as_str()),
             ("client_encoding", "UTF8"),
@@ -184,7 +256,7 @@ impl ServerParameterProvider for ServerParameters {
             ("server_version", "15.0"),
             ("session_authorization", user.as_str()),
             ("standard_conforming_strings", "on"),
-            ("TimeZone", "UTC"),
+            ("TimeZone", zone.as_str()),
         ];
         Some(
             params
@@ -192,5 +264,29 @@ impl ServerParameterProvider for ServerParameters {
                 .map(|(k, v)| (k.to_string(), v.to_string()))
                 .collect(),
         )
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::command_line_settings;
+
+    #[test]
+    fn startup_options_are_read_as_postgresql_reads_them() {
+        assert_eq!(
+            command_line_settings(
+                "-c timezone=Asia/Tokyo -cstatement_timeout=5 --search-path=public"
+            ),
+            vec![
+                ("timezone".to_string(), "Asia/Tokyo".to_string()),
+                ("statement_timeout".to_string(), "5".to_string()),
+                ("search_path".to_string(), "public".to_string()),
+            ]
+        );
+        assert_eq!(
+            command_line_settings("-c application_name=a\\ b"),
+            vec![("application_name".to_string(), "a b".to_string())]
+        );
+        assert!(command_line_settings("-x").is_empty());
     }
 }

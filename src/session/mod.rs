@@ -1006,6 +1006,11 @@ impl Session {
         }
     }
 
+    /// A parameter the client gave when it connected (`TimeZone`), as `SET` would set it.
+    pub fn set_startup_parameter(&self, name: &str, value: &str) -> Result<()> {
+        self.vars.lock().set(name, value)
+    }
+
     /// The session's time zone (`SET TIME ZONE`), unless it is UTC, Eddy's default.
     pub(crate) fn time_zone(&self) -> Option<String> {
         let zone = self.vars.lock().get("TimeZone").ok()?;
