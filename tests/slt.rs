@@ -125,7 +125,7 @@ impl Eddy {
         let zone = if stmt
             .columns()
             .iter()
-            .any(|c| *c.type_() == Type::TIMESTAMPTZ)
+            .any(|c| *c.type_() == Type::TIMESTAMPTZ || *c.type_() == Type::TIMESTAMPTZ_ARRAY)
         {
             let zone = self.client.query_one("SHOW timezone", &[]).await?;
             Some(zone.get::<_, String>(0))
@@ -179,23 +179,17 @@ fn binary_value_text(
     let Some(Raw(raw)) = row.try_get::<_, Option<Raw>>(i).map_err(err)? else {
         return Ok("NULL".into());
     };
-    if ty == Type::TIMESTAMPTZ
-        && let Some(zone) = zone
-    {
-        let micros = i64::from_be_bytes(raw[..8].try_into().unwrap());
-        let text = eddy::server::encode::format_timestamp_in_zone(micros + PG_EPOCH_MICROS, zone);
-        return Ok(display_text(&text));
-    }
-    Ok(display_text(&binary_text(&ty, &raw)))
+    Ok(display_text(&binary_text(&ty, &raw, zone)))
 }
 
 /// Microseconds between 1970-01-01 and PostgreSQL's epoch, 2000-01-01.
 const PG_EPOCH_MICROS: i64 = 946_684_800_000_000;
 
-/// PostgreSQL's text form of one binary value of type `ty`.
-fn binary_text(ty: &Type, raw: &[u8]) -> String {
+/// PostgreSQL's text form of one binary value of type `ty`; a `timestamptz` in the
+/// session's `zone`.
+fn binary_text(ty: &Type, raw: &[u8], zone: Option<&str>) -> String {
     if let tokio_postgres::types::Kind::Array(element) = ty.kind() {
-        return array_text(element, raw);
+        return array_text(element, raw, zone);
     }
     match *ty {
         Type::BOOL => if raw[0] != 0 { "t" } else { "f" }.to_string(),
@@ -217,6 +211,13 @@ fn binary_text(ty: &Type, raw: &[u8]) -> String {
             // Days since 2000-01-01, PostgreSQL's epoch, 10 957 days after 1970's.
             let days = i32::from_be_bytes(raw[..4].try_into().unwrap());
             eddy::server::encode::format_date(days + 10_957)
+        }
+        Type::TIMESTAMPTZ if zone.is_some() => {
+            let micros = i64::from_be_bytes(raw[..8].try_into().unwrap());
+            eddy::server::encode::format_timestamp_in_zone(
+                micros + PG_EPOCH_MICROS,
+                zone.unwrap_or_default(),
+            )
         }
         Type::TIMESTAMP | Type::TIMESTAMPTZ => {
             let micros = i64::from_be_bytes(raw[..8].try_into().unwrap());
@@ -249,7 +250,7 @@ fn binary_text(ty: &Type, raw: &[u8]) -> String {
 }
 
 /// A one-dimensional binary array as PostgreSQL prints it: `{1,NULL,"a b"}`.
-fn array_text(element: &Type, raw: &[u8]) -> String {
+fn array_text(element: &Type, raw: &[u8], zone: Option<&str>) -> String {
     let int = |at: usize| i32::from_be_bytes(raw[at..at + 4].try_into().unwrap());
     let dims = int(0);
     if dims == 0 {
@@ -265,7 +266,7 @@ fn array_text(element: &Type, raw: &[u8]) -> String {
             items.push("NULL".to_string());
             continue;
         }
-        let text = binary_text(element, &raw[at..at + n as usize]);
+        let text = binary_text(element, &raw[at..at + n as usize], zone);
         at += n as usize;
         let plain = !text.is_empty()
             && !text.eq_ignore_ascii_case("null")

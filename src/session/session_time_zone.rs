@@ -354,10 +354,7 @@ pub fn label_output(
     batches: Vec<arrow::array::RecordBatch>,
     zone: &str,
 ) -> Result<(arrow::datatypes::SchemaRef, Vec<arrow::array::RecordBatch>)> {
-    let relabel = |t: &DataType| match t {
-        DataType::Timestamp(unit, Some(_)) => Some(DataType::Timestamp(*unit, Some(zone.into()))),
-        _ => None,
-    };
+    let relabel = |t: &DataType| relabelled_type(t, zone);
     if !schema
         .fields()
         .iter()
@@ -395,6 +392,33 @@ pub fn label_output(
         })
         .collect::<Result<Vec<_>>>()?;
     Ok((labelled, batches))
+}
+
+/// `data_type` with every `timestamptz` in it (also inside arrays and structs) labelled
+/// with `zone`; `None` if it holds none.
+fn relabelled_type(data_type: &DataType, zone: &str) -> Option<DataType> {
+    let field = |f: &arrow::datatypes::FieldRef| {
+        relabelled_type(f.data_type(), zone).map(|t| Arc::new(f.as_ref().clone().with_data_type(t)))
+    };
+    match data_type {
+        DataType::Timestamp(unit, Some(_)) => Some(DataType::Timestamp(*unit, Some(zone.into()))),
+        DataType::List(element) => field(element).map(DataType::List),
+        DataType::LargeList(element) => field(element).map(DataType::LargeList),
+        DataType::Struct(fields) => {
+            let relabelled: Vec<_> = fields.iter().map(field).collect();
+            if relabelled.iter().all(Option::is_none) {
+                return None;
+            }
+            Some(DataType::Struct(
+                fields
+                    .iter()
+                    .zip(relabelled)
+                    .map(|(f, r)| r.unwrap_or_else(|| f.clone()))
+                    .collect(),
+            ))
+        }
+        _ => None,
+    }
 }
 
 #[cfg(test)]
