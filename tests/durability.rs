@@ -204,3 +204,59 @@ async fn renamed_relations_survive_sigkill() {
     .await;
     assert_eq!(jobs, vec!["by_customer,running", "overall,running"]);
 }
+
+#[tokio::test]
+async fn altered_columns_survive_sigkill() {
+    let temp = tempfile::tempdir().unwrap();
+    let data_dir = temp.path().join("data");
+    let mut server = TestServer::start_in(&data_dir);
+    {
+        let client = server.connect().await;
+        client
+            .batch_execute(
+                "CREATE TABLE ledger (id INT PRIMARY KEY, memo VARCHAR, amount DECIMAL(10,2));
+                 CREATE TABLE tags (tag TEXT);
+                 INSERT INTO ledger VALUES (1, 'a', 1.25), (2, 'b', NULL), (3, 'c', -7.50);
+                 INSERT INTO tags VALUES ('x'), ('x'), (NULL);
+                 ALTER TABLE ledger ADD COLUMN at TIMESTAMPTZ DEFAULT '2024-05-01 12:00:00+00';
+                 ALTER TABLE ledger DROP COLUMN memo;
+                 ALTER TABLE tags ADD COLUMN weight REAL;
+                 INSERT INTO ledger VALUES (4, 4.00, NULL);
+                 UPDATE ledger SET amount = 2.50 WHERE id = 2;
+                 INSERT INTO tags VALUES ('y', 0.5);",
+            )
+            .await
+            .expect("columns change and rows follow");
+    }
+    // Rows and their new columns were written together: nothing to flush first.
+    server.kill();
+
+    let server = TestServer::start_in(&data_dir);
+    let client = server.connect().await;
+    assert_eq!(
+        rows(&client, "SELECT * FROM ledger ORDER BY id").await,
+        vec![
+            "1,1.25,2024-05-01 12:00:00+00:00",
+            "2,2.50,2024-05-01 12:00:00+00:00",
+            "3,-7.50,2024-05-01 12:00:00+00:00",
+            "4,4.00,NULL",
+        ]
+    );
+    assert_eq!(
+        rows(&client, "SELECT tag, weight FROM tags ORDER BY tag, weight").await,
+        vec!["x,NULL", "x,NULL", "y,0.5", "NULL,NULL"]
+    );
+    // A view created now reads the new columns and follows later changes.
+    client
+        .batch_execute(
+            "SET RW_IMPLICIT_FLUSH TO true;
+             CREATE MATERIALIZED VIEW dated AS SELECT at IS NULL AS undated, count(*) AS n, sum(amount) AS total FROM ledger GROUP BY at IS NULL;
+             DELETE FROM ledger WHERE id = 3;",
+        )
+        .await
+        .unwrap();
+    assert_eq!(
+        rows(&client, "SELECT * FROM dated ORDER BY undated").await,
+        vec!["f,2,3.75", "t,1,4.00"]
+    );
+}

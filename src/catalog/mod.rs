@@ -371,6 +371,31 @@ impl Catalog {
         })
     }
 
+    /// A table's new columns, primary key indices and definition (`ALTER TABLE ... ADD |
+    /// DROP COLUMN`), written in one write with `rows`, its rows rewritten for them.
+    pub fn alter_columns(
+        &self,
+        name: &str,
+        columns: Vec<Column>,
+        primary_key: Vec<usize>,
+        definition: String,
+        mut rows: WriteBatch,
+    ) -> Result<Relation> {
+        let mut state = self.state.write();
+        let rel = state
+            .relations
+            .get_mut(name)
+            .ok_or_else(|| EddyError::undefined_table(name))?;
+        let mut updated = rel.clone();
+        updated.columns = columns;
+        updated.primary_key = primary_key;
+        updated.definition = definition;
+        rows.put(relation_key(updated.id), encode_json(&updated)?);
+        self.store.write(rows)?;
+        *rel = updated.clone();
+        Ok(updated)
+    }
+
     /// Records the state layout a job now runs with (see [`Relation::state_layout`]).
     pub fn set_state_layout(&self, name: &str, layout: Vec<String>) -> Result<Relation> {
         self.update(name, |r| r.state_layout = layout)

@@ -8,6 +8,7 @@
 //! wire messages.
 
 mod age_function;
+mod alter_columns;
 mod arg_min_max;
 mod at_time_zone;
 mod bytea_escape;
@@ -824,6 +825,7 @@ impl Session {
                 materialized_views::explain(self, &view, false).await
             }
             Statement::CreateView(view) => ddl::create_view(self, view).await,
+            Statement::AlterTable(alter) => alter_columns::execute(self, alter).await,
             Statement::CreateIndex(create) => indexes::create(self, create),
             Statement::Drop {
                 object_type: ast::ObjectType::MaterializedView,

@@ -267,7 +267,12 @@ pub(super) fn show_create(session: &Session, kind: &str, name: &str) -> Result<O
     let batch = RecordBatch::try_new(
         schema.clone(),
         vec![
-            Arc::new(StringArray::from(vec![rel.name.clone()])),
+            // Qualified by its schema, as RisingWave names it.
+            Arc::new(StringArray::from(vec![format!(
+                "{}.{}",
+                crate::catalog::DEFAULT_SCHEMA,
+                rel.name
+            )])),
             Arc::new(StringArray::from(vec![sql])),
         ],
     )?;

@@ -67,6 +67,10 @@ pub struct StateTable {
     /// Serialises inserts that read the stored rows of their keys (`ON CONFLICT DO
     /// NOTHING` / `DO UPDATE IF NOT NULL`), so two of them cannot both see a key free.
     conflict_lock: parking_lot::Mutex<()>,
+    /// Set once `ALTER TABLE` rewrote the rows for new columns: this instance's codec no
+    /// longer matches them, so writes through it are refused (the next lookup opens the
+    /// table with its new columns).
+    retired: std::sync::atomic::AtomicBool,
 }
 
 /// How many rows a scan puts in one batch.
@@ -99,6 +103,7 @@ impl StateTable {
             key_codec,
             changes: ChangeLog::default(),
             conflict_lock: parking_lot::Mutex::new(()),
+            retired: std::sync::atomic::AtomicBool::new(false),
         })
     }
 
@@ -220,6 +225,7 @@ impl StateTable {
         self.check_not_null(batch)?;
         let values = self.value_codec.convert_columns(batch.columns())?;
         let mut log = self.changes.lock();
+        self.ensure_current()?;
         match &self.key_codec {
             Some(key_codec) => {
                 let keys = self.primary_keys(key_codec, batch)?;
@@ -304,6 +310,7 @@ impl StateTable {
         self.check_not_null(batch)?;
         let values = self.value_codec.convert_columns(batch.columns())?;
         let mut log = self.changes.lock();
+        self.ensure_current()?;
         let deletes = if log.wants_changes() {
             Some(self.deletes_at(old_keys)?)
         } else {
@@ -411,6 +418,7 @@ impl StateTable {
 
     pub fn delete_keys(&self, keys: &[Vec<u8>]) -> Result<usize> {
         let mut log = self.changes.lock();
+        self.ensure_current()?;
         let deletes = if log.wants_changes() {
             Some(self.deletes_at(keys)?)
         } else {
@@ -430,6 +438,52 @@ impl StateTable {
             log.publish_chunk(0, deletes);
         }
         Ok(keys.len())
+    }
+
+    /// Refuses a write through an instance whose rows `ALTER TABLE` has rewritten (call
+    /// with the change log locked, as [`StateTable::rewrite_rows`] holds it).
+    pub fn ensure_current(&self) -> Result<()> {
+        if self.retired.load(std::sync::atomic::Ordering::Acquire) {
+            return Err(EddyError::new(
+                "40001",
+                "the table's columns changed while this statement ran; run it again",
+            ));
+        }
+        Ok(())
+    }
+
+    /// Rewrites every row for new columns (`ALTER TABLE ... ADD | DROP COLUMN`): `change`
+    /// maps each scanned batch to `new_schema`, the new values go under the same keys in
+    /// one write batch, and `commit` writes it together with the catalog's new columns,
+    /// so rows and their schema change at once. Writers are held off meanwhile (the
+    /// change log's lock), and this instance is retired afterwards. Returns the rows.
+    pub fn rewrite_rows(
+        &self,
+        new_schema: &SchemaRef,
+        change: impl Fn(&RecordBatch) -> Result<RecordBatch>,
+        commit: impl FnOnce(WriteBatch) -> Result<()>,
+    ) -> Result<usize> {
+        let _log = self.changes.lock();
+        let _conflicts = self.conflict_lock.lock();
+        self.ensure_current()?;
+        let codec = super::keys::whole_row_codec(new_schema)?;
+        let mut wb = WriteBatch::default();
+        let mut rows = 0;
+        for scanned in self.scan()? {
+            let batch = change(&scanned.batch)?;
+            let values = codec.convert_columns(batch.columns())?;
+            for (key, value) in scanned.keys.iter().zip(values.iter()) {
+                wb.put(key, value.as_ref());
+            }
+            rows += scanned.keys.len();
+        }
+        // Logged changes were encoded for the old columns: no job reads them now (a
+        // table read by one cannot be altered), and none may after.
+        super::table_log::delete(&self.store, self.table_id)?;
+        commit(wb)?;
+        self.retired
+            .store(true, std::sync::atomic::Ordering::Release);
+        Ok(rows)
     }
 
     /// Reads the whole table, in key order, as batches with each row's state key.
@@ -598,4 +652,75 @@ fn update_pairs(deletes: StreamChunk, inserts: StreamChunk) -> Result<Vec<Stream
         batch,
         keys: Some(keys),
     }])
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use arrow::array::{Array, AsArray, Int32Array, StringArray};
+    use arrow::datatypes::{DataType, Field, Int32Type, Schema};
+
+    #[test]
+    fn rewritten_rows_keep_their_keys_and_old_writers_are_refused() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = Arc::new(StateStore::open(dir.path(), 1 << 20).unwrap());
+        let old_schema = Arc::new(Schema::new(vec![
+            Field::new("id", DataType::Int32, false),
+            Field::new("name", DataType::Utf8, true),
+        ]));
+        let old = StateTable::new(7, old_schema.clone(), vec![0], store.clone()).unwrap();
+        let rows = RecordBatch::try_new(
+            old_schema.clone(),
+            vec![
+                Arc::new(Int32Array::from(vec![1, 2])),
+                Arc::new(StringArray::from(vec![Some("a"), None])),
+            ],
+        )
+        .unwrap();
+        old.upsert(&rows).unwrap();
+
+        // A column added: every row gets 0 in it, under its old key.
+        let new_schema = Arc::new(Schema::new(vec![
+            Field::new("id", DataType::Int32, false),
+            Field::new("name", DataType::Utf8, true),
+            Field::new("score", DataType::Int32, true),
+        ]));
+        let rewritten = old
+            .rewrite_rows(
+                &new_schema,
+                |batch| {
+                    let mut columns = batch.columns().to_vec();
+                    columns.push(Arc::new(Int32Array::from(vec![0; batch.num_rows()])));
+                    Ok(RecordBatch::try_new(new_schema.clone(), columns)?)
+                },
+                |wb| store.write(wb),
+            )
+            .unwrap();
+        assert_eq!(rewritten, 2);
+        let err = old.upsert(&rows).unwrap_err();
+        assert!(err.to_string().contains("columns changed"), "{err}");
+
+        let new = StateTable::new(7, new_schema.clone(), vec![0], store.clone()).unwrap();
+        let scanned = new.scan().unwrap();
+        let batch = &scanned[0].batch;
+        assert_eq!(batch.num_rows(), 2);
+        assert_eq!(
+            batch.column(2).as_primitive::<Int32Type>().values(),
+            &[0, 0]
+        );
+        assert!(batch.column(1).is_null(1));
+        // The same key: an upsert of id 1 replaces the rewritten row.
+        let again = RecordBatch::try_new(
+            new_schema.clone(),
+            vec![
+                Arc::new(Int32Array::from(vec![1])),
+                Arc::new(StringArray::from(vec!["z"])),
+                Arc::new(Int32Array::from(vec![5])),
+            ],
+        )
+        .unwrap();
+        new.upsert(&again).unwrap();
+        let scanned = new.scan().unwrap();
+        assert_eq!(scanned[0].batch.num_rows(), 2);
+    }
 }

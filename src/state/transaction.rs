@@ -210,6 +210,9 @@ impl Transaction {
         }
         // Locks in table-id order (the map's), as every committer takes them.
         let mut logs: Vec<_> = tables.values().map(|s| s.table.changes().lock()).collect();
+        for staged in tables.values() {
+            staged.table.ensure_current()?;
+        }
         let mut batch = WriteBatch::default();
         let mut changes = Vec::with_capacity(tables.len());
         for (staged, log) in tables.values().zip(&logs) {
