@@ -25,6 +25,7 @@ pub use types::SqlType;
 pub const CATALOG_TABLE_ID: u32 = 2;
 const RELATION_KEY_PREFIX: &[u8] = b"\x00\x00\x00\x02\x00\x00rel/";
 const USER_KEY_PREFIX: &[u8] = b"\x00\x00\x00\x02\x00\x00user/";
+const FUNCTION_KEY_PREFIX: &[u8] = b"\x00\x00\x00\x02\x00\x00func/";
 const NEXT_ID_KEY: &[u8] = b"\x00\x00\x00\x02\x00\x00next_id";
 
 /// The name of the only database, and of its default schema.
@@ -198,6 +199,28 @@ struct CatalogState {
     next_id: u32,
     relations: BTreeMap<String, Relation>,
     users: BTreeMap<String, User>,
+    /// SQL functions by name and number of arguments.
+    functions: BTreeMap<(String, usize), SqlFunction>,
+}
+
+/// A `CREATE FUNCTION ... LANGUAGE SQL` function: its body is one expression over its
+/// arguments, put in place of each call (see `session/sql_functions.rs`).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct SqlFunction {
+    pub name: String,
+    /// Each argument's name, if it has one (the body may also say `$1`, `$2`, ...).
+    pub arg_names: Vec<Option<String>>,
+    /// Each argument's type, as SQL spells it.
+    pub arg_types: Vec<String>,
+    pub return_type: String,
+    /// The expression the function computes, as SQL text.
+    pub body: String,
+}
+
+fn function_key(name: &str, arity: usize) -> Vec<u8> {
+    let mut key = FUNCTION_KEY_PREFIX.to_vec();
+    key.extend_from_slice(format!("{name}/{arity}").as_bytes());
+    key
 }
 
 pub struct Catalog {
@@ -229,6 +252,14 @@ impl Catalog {
             let rel: Relation = serde_json::from_slice(v)
                 .map_err(|e| EddyError::internal(format!("corrupt catalog entry: {e}")))?;
             state.relations.insert(rel.name.clone(), rel);
+            Ok(())
+        })?;
+        store.scan_prefix(FUNCTION_KEY_PREFIX, |_, v| {
+            let function: SqlFunction = serde_json::from_slice(v)
+                .map_err(|e| EddyError::internal(format!("corrupt catalog entry: {e}")))?;
+            state
+                .functions
+                .insert((function.name.clone(), function.arg_types.len()), function);
             Ok(())
         })?;
         store.scan_prefix(USER_KEY_PREFIX, |_, v| {
@@ -498,6 +529,62 @@ impl Catalog {
         self.store.write(wb)?;
         state.users.insert(user.name.clone(), user);
         Ok(())
+    }
+
+    /// The SQL function `name` taking `arity` arguments.
+    pub fn function(&self, name: &str, arity: usize) -> Option<SqlFunction> {
+        self.state
+            .read()
+            .functions
+            .get(&(name.to_string(), arity))
+            .cloned()
+    }
+
+    /// Whether any SQL function exists (calls need no lookup otherwise).
+    pub fn has_functions(&self) -> bool {
+        !self.state.read().functions.is_empty()
+    }
+
+    /// Records a SQL function; one of the same name and number of arguments is replaced
+    /// only when `replace` (`CREATE OR REPLACE`), else it is error 42723.
+    pub fn put_function(&self, function: SqlFunction, replace: bool) -> Result<()> {
+        let mut state = self.state.write();
+        let key = (function.name.clone(), function.arg_types.len());
+        if !replace && state.functions.contains_key(&key) {
+            return Err(EddyError::new(
+                "42723",
+                format!(
+                    "function \"{}\" with {} argument(s) already exists",
+                    function.name, key.1
+                ),
+            ));
+        }
+        let mut wb = WriteBatch::default();
+        wb.put(function_key(&key.0, key.1), encode_json(&function)?);
+        self.store.write(wb)?;
+        state.functions.insert(key, function);
+        Ok(())
+    }
+
+    /// Drops the SQL functions named `name` (of `arity` arguments, or all of them);
+    /// returns how many there were.
+    pub fn drop_function(&self, name: &str, arity: Option<usize>) -> Result<usize> {
+        let mut state = self.state.write();
+        let keys: Vec<(String, usize)> = state
+            .functions
+            .keys()
+            .filter(|(n, a)| n == name && arity.is_none_or(|arity| arity == *a))
+            .cloned()
+            .collect();
+        let mut wb = WriteBatch::default();
+        for (n, a) in &keys {
+            wb.delete(function_key(n, *a));
+        }
+        self.store.write(wb)?;
+        for key in &keys {
+            state.functions.remove(key);
+        }
+        Ok(keys.len())
     }
 
     pub fn drop_user(&self, name: &str) -> Result<bool> {

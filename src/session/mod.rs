@@ -62,6 +62,7 @@ mod similar_to;
 mod sink_into_table;
 mod sinks;
 mod sources;
+mod sql_functions;
 mod sql_prepare;
 pub mod sql_rewrite;
 mod string_agg_by_row;
@@ -394,6 +395,7 @@ impl Engine {
             .map_err(|e| EddyError::syntax(e.to_string().replace("sql parser error: ", "")))?;
         sql_rewrite::restore_select_list_subqueries(sql, &mut statements);
         for statement in statements.iter_mut() {
+            sql_functions::inline(statement, &self.catalog)?;
             sql_rewrite::rewrite(statement)?;
         }
         let corresponding = corresponding::mentioned(sql);
@@ -826,6 +828,8 @@ impl Session {
             }
             Statement::CreateView(view) => ddl::create_view(self, view).await,
             Statement::AlterTable(alter) => alter_columns::execute(self, alter).await,
+            Statement::CreateFunction(create) => sql_functions::create(self, create).await,
+            Statement::DropFunction(drop) => sql_functions::drop(self, drop),
             Statement::CreateIndex(create) => indexes::create(self, create),
             Statement::Drop {
                 object_type: ast::ObjectType::MaterializedView,
