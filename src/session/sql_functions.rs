@@ -167,7 +167,11 @@ fn body_of_text(text: &str) -> Result<String> {
 /// when the function is created.
 async fn check_body(session: &Session, function: &SqlFunction) -> Result<()> {
     let nulls = vec![Expr::value(Value::Null); function.arg_types.len()];
-    let expr = inline_call(function, &nulls, |_| None, 0)?;
+    // The body without the cast to the return type: its own type is checked below.
+    let expr = match inline_call(function, &nulls, |_| None, 0)? {
+        Expr::Cast { expr, .. } => *expr,
+        other => other,
+    };
     let invalid = |e: String| {
         EddyError::new(
             sqlstate::UNDEFINED_COLUMN,
@@ -180,7 +184,7 @@ async fn check_body(session: &Session, function: &SqlFunction) -> Result<()> {
         .parse(&format!("SELECT {expr}"))?
         .pop()
         .ok_or_else(|| invalid("no statement".into()))?;
-    session
+    let plan = session
         .engine
         .ctx
         .state()
@@ -188,8 +192,38 @@ async fn check_body(session: &Session, function: &SqlFunction) -> Result<()> {
             statement,
         )))
         .await
-        .map(|_| ())
-        .map_err(|e| invalid(e.to_string()))
+        .map_err(|e| invalid(e.to_string()))?;
+    let body_type = plan.schema().field(0).data_type().clone();
+    let return_type =
+        crate::catalog::SqlType::from_ast(&parse_type(&function.return_type)?)?.to_arrow();
+    if !implicitly_returns(&body_type, &return_type) {
+        return Err(EddyError::new(
+            sqlstate::DATATYPE_MISMATCH,
+            format!(
+                "return type mismatch detected in function {}: its body gives {body_type}, \
+                 it is declared to return {}",
+                function.name, function.return_type
+            ),
+        ));
+    }
+    Ok(())
+}
+
+/// Whether a body of type `body` may be returned as `declared`, as PostgreSQL allows
+/// (the same kind of value: numbers as numbers, text as text; NULL as anything).
+fn implicitly_returns(
+    body: &arrow::datatypes::DataType,
+    declared: &arrow::datatypes::DataType,
+) -> bool {
+    use arrow::datatypes::DataType;
+    let text =
+        |t: &DataType| matches!(t, DataType::Utf8 | DataType::Utf8View | DataType::LargeUtf8);
+    let number = |t: &DataType| t.is_numeric();
+    body == declared
+        || *body == DataType::Null
+        || (text(body) && text(declared))
+        || (number(body) && number(declared))
+        || (!text(body) && !text(declared) && !number(body) && !number(declared))
 }
 
 /// The arguments of a plain call (no `DISTINCT`, named arguments, `FILTER` or `OVER`).
@@ -231,12 +265,6 @@ fn inline_call(
         ));
     }
     let dialect = PostgreSqlDialect {};
-    let parse_type = |text: &str| {
-        Parser::new(&dialect)
-            .try_with_sql(text)
-            .and_then(|mut p| p.parse_data_type())
-            .map_err(|e| EddyError::internal(format!("a stored function type: {e}")))
-    };
     let mut body = Parser::new(&dialect)
         .try_with_sql(&function.body)
         .and_then(|mut p| p.parse_expr())
@@ -266,6 +294,14 @@ fn inline_call(
         array: false,
         format: None,
     })
+}
+
+/// A type as a function stores it (SQL text).
+fn parse_type(text: &str) -> Result<ast::DataType> {
+    Parser::new(&PostgreSqlDialect {})
+        .try_with_sql(text)
+        .and_then(|mut p| p.parse_data_type())
+        .map_err(|e| EddyError::internal(format!("a stored function type: {e}")))
 }
 
 /// Puts each argument in place of its name or `$n` in a body.
