@@ -61,3 +61,17 @@ pub fn ordering_codec(args: &AccumulatorArgs) -> Result<Option<arrow::row::RowCo
         .collect::<Result<Vec<_>>>()?;
     Ok(Some(arrow::row::RowConverter::new(fields)?))
 }
+
+/// A scalar function's result: one value when every argument was one (`scalar`), else
+/// the whole column.
+pub fn columnar_result(
+    array: arrow::array::ArrayRef,
+    scalar: bool,
+) -> Result<datafusion::logical_expr::ColumnarValue> {
+    use datafusion::logical_expr::ColumnarValue;
+    Ok(if scalar {
+        ColumnarValue::Scalar(datafusion::common::ScalarValue::try_from_array(&array, 0)?)
+    } else {
+        ColumnarValue::Array(array)
+    })
+}

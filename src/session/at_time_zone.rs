@@ -19,7 +19,7 @@ use arrow::compute::cast;
 use arrow::datatypes::{DataType, TimeUnit, TimestampMicrosecondType};
 use chrono::{DateTime, LocalResult, NaiveDateTime, TimeZone};
 use chrono_tz::Tz;
-use datafusion::common::{Result, ScalarValue, exec_err, plan_err};
+use datafusion::common::{Result, exec_err, plan_err};
 use datafusion::logical_expr::{
     ColumnarValue, ScalarFunctionArgs, ScalarUDF, ScalarUDFImpl, Signature, Volatility,
 };
@@ -121,11 +121,7 @@ impl ScalarUDFImpl for AtTimeZone {
         } else {
             Arc::new(out.with_timezone("+00:00"))
         };
-        Ok(if scalar {
-            ColumnarValue::Scalar(ScalarValue::try_from_array(&array, 0)?)
-        } else {
-            ColumnarValue::Array(array)
-        })
+        crate::plan_helpers::columnar_result(array, scalar)
     }
 }
 

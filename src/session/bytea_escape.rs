@@ -316,11 +316,7 @@ impl ScalarUDFImpl for Conversion {
             }
             Arc::new(out.finish())
         };
-        Ok(if scalar {
-            ColumnarValue::Scalar(ScalarValue::try_from_array(&out, 0)?)
-        } else {
-            ColumnarValue::Array(out)
-        })
+        crate::plan_helpers::columnar_result(out, scalar)
     }
 }
 

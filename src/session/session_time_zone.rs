@@ -21,15 +21,13 @@
 //! the rule is not installed and nothing changes.
 
 use super::at_time_zone;
-use super::numeric_division::merged_input_schema;
 use arrow::array::{Array, ArrayRef, AsArray, StringBuilder, TimestampMicrosecondArray};
 use arrow::compute::cast;
 use arrow::datatypes::{DataType, TimeUnit, TimestampMicrosecondType};
 use datafusion::common::config::ConfigOptions;
-use datafusion::common::tree_node::{Transformed, TreeNode};
+use datafusion::common::tree_node::Transformed;
 use datafusion::common::{DFSchema, Result, ScalarValue, plan_err};
 use datafusion::logical_expr::expr::{ScalarFunction, TryCast};
-use datafusion::logical_expr::expr_rewriter::NamePreserver;
 use datafusion::logical_expr::{
     BinaryExpr, Cast, ColumnarValue, Expr, ExprSchemable, LogicalPlan, Operator,
     ScalarFunctionArgs, ScalarUDF, ScalarUDFImpl, Signature, Volatility, lit,
@@ -222,20 +220,8 @@ fn cast_to(expr: Expr, data_type: DataType) -> Expr {
 
 impl AnalyzerRule for SessionTimeZone {
     fn analyze(&self, plan: LogicalPlan, _config: &ConfigOptions) -> Result<LogicalPlan> {
-        plan.transform_up_with_subqueries(|node| {
-            let schema = merged_input_schema(&node);
-            let names = NamePreserver::new(&node);
-            node.map_expressions(|e| {
-                let saved = names.save(&e);
-                let rewritten = e.transform_up(|e| self.rewrite(e, &schema))?;
-                Ok(if rewritten.transformed {
-                    rewritten.update_data(|e| saved.restore(e))
-                } else {
-                    rewritten
-                })
-            })
-        })
-        .map(|t| t.data)
+        crate::plan_helpers::rewrite_expressions(plan, |e, schema| self.rewrite(e, schema))
+            .map(|t| t.data)
     }
 
     fn name(&self) -> &str {
@@ -324,11 +310,7 @@ impl ScalarUDFImpl for TextInZone {
         }
         let array: ArrayRef =
             Arc::new(TimestampMicrosecondArray::from(out).with_timezone("+00:00"));
-        Ok(if scalar {
-            ColumnarValue::Scalar(ScalarValue::try_from_array(&array, 0)?)
-        } else {
-            ColumnarValue::Array(array)
-        })
+        crate::plan_helpers::columnar_result(array, scalar)
     }
 }
 
