@@ -325,8 +325,19 @@ pub fn format_timestamp(micros: i64, with_tz: bool) -> String {
 /// A `timestamp with time zone` shown in `zone` (an IANA name or an offset): its
 /// wall-clock time there and the offset then, `2022-01-01 00:00:00-08:00`.
 pub fn format_timestamp_in_zone(micros: i64, zone: &str) -> String {
-    let local =
-        crate::time_zones::parse(zone).and_then(|tz| crate::time_zones::local_time(micros, &tz));
+    // The zone's name is parsed once per thread and zone, not once per value shown.
+    thread_local! {
+        static LAST_ZONE: std::cell::RefCell<Option<(String, arrow::array::timezone::Tz)>> =
+            const { std::cell::RefCell::new(None) };
+    }
+    let local = LAST_ZONE.with(|last| {
+        let mut last = last.borrow_mut();
+        if last.as_ref().is_none_or(|(name, _)| name != zone) {
+            *last = crate::time_zones::parse(zone).map(|tz| (zone.to_string(), tz));
+        }
+        last.as_ref()
+            .and_then(|(_, tz)| crate::time_zones::local_time(micros, tz))
+    });
     let Some((naive, offset)) = local else {
         return format_timestamp(micros, true);
     };

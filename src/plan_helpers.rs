@@ -62,6 +62,13 @@ pub fn ordering_codec(args: &AccumulatorArgs) -> Result<Option<arrow::row::RowCo
     Ok(Some(arrow::row::RowConverter::new(fields)?))
 }
 
+/// Whether every argument of a scalar function call is one value (the result is then one
+/// value too: see [`columnar_result`]).
+pub fn all_scalar(args: &[datafusion::logical_expr::ColumnarValue]) -> bool {
+    args.iter()
+        .all(|a| matches!(a, datafusion::logical_expr::ColumnarValue::Scalar(_)))
+}
+
 /// A scalar function's result: one value when every argument was one (`scalar`), else
 /// the whole column.
 pub fn columnar_result(

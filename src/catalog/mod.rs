@@ -368,6 +368,16 @@ impl Catalog {
 
     /// Changes a relation and stores it.
     fn update(&self, name: &str, change: impl FnOnce(&mut Relation)) -> Result<Relation> {
+        self.update_with(name, change, WriteBatch::default())
+    }
+
+    /// [`Catalog::update`], storing the relation in the same write as `with`.
+    fn update_with(
+        &self,
+        name: &str,
+        change: impl FnOnce(&mut Relation),
+        mut with: WriteBatch,
+    ) -> Result<Relation> {
         let mut state = self.state.write();
         let rel = state
             .relations
@@ -375,9 +385,8 @@ impl Catalog {
             .ok_or_else(|| EddyError::undefined_table(name))?;
         let mut updated = rel.clone();
         change(&mut updated);
-        let mut wb = WriteBatch::default();
-        wb.put(relation_key(updated.id), encode_json(&updated)?);
-        self.store.write(wb)?;
+        with.put(relation_key(updated.id), encode_json(&updated)?);
+        self.store.write(with)?;
         *rel = updated.clone();
         Ok(updated)
     }
@@ -410,21 +419,17 @@ impl Catalog {
         columns: Vec<Column>,
         primary_key: Vec<usize>,
         definition: String,
-        mut rows: WriteBatch,
+        rows: WriteBatch,
     ) -> Result<Relation> {
-        let mut state = self.state.write();
-        let rel = state
-            .relations
-            .get_mut(name)
-            .ok_or_else(|| EddyError::undefined_table(name))?;
-        let mut updated = rel.clone();
-        updated.columns = columns;
-        updated.primary_key = primary_key;
-        updated.definition = definition;
-        rows.put(relation_key(updated.id), encode_json(&updated)?);
-        self.store.write(rows)?;
-        *rel = updated.clone();
-        Ok(updated)
+        self.update_with(
+            name,
+            |r| {
+                r.columns = columns;
+                r.primary_key = primary_key;
+                r.definition = definition;
+            },
+            rows,
+        )
     }
 
     /// Records the state layout a job now runs with (see [`Relation::state_layout`]).

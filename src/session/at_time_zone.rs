@@ -86,10 +86,7 @@ impl ScalarUDFImpl for AtTimeZone {
 
     fn invoke_with_args(&self, args: ScalarFunctionArgs) -> Result<ColumnarValue> {
         let rows = args.number_rows;
-        let scalar = args
-            .args
-            .iter()
-            .all(|a| matches!(a, ColumnarValue::Scalar(_)));
+        let scalar = crate::plan_helpers::all_scalar(&args.args);
         let zones = args.args[0].to_array(rows)?;
         let zones = zones.as_string::<i32>();
         let times = args.args[1].to_array(rows)?;

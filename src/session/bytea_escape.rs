@@ -273,10 +273,7 @@ impl ScalarUDFImpl for Conversion {
 
     fn invoke_with_args(&self, args: ScalarFunctionArgs) -> Result<ColumnarValue> {
         let rows = args.number_rows;
-        let scalar = args
-            .args
-            .iter()
-            .all(|a| matches!(a, ColumnarValue::Scalar(_)));
+        let scalar = crate::plan_helpers::all_scalar(&args.args);
         let encodings = args.args[1].to_array(rows)?;
         let encodings = cast(&encodings, &DataType::Utf8)?;
         let encodings = encodings.as_string::<i32>();

@@ -260,10 +260,7 @@ impl ScalarUDFImpl for TextInZone {
 
     fn invoke_with_args(&self, args: ScalarFunctionArgs) -> Result<ColumnarValue> {
         let rows = args.number_rows;
-        let scalar = args
-            .args
-            .iter()
-            .all(|a| matches!(a, ColumnarValue::Scalar(_)));
+        let scalar = crate::plan_helpers::all_scalar(&args.args);
         let texts = args.args[0].to_array(rows)?;
         let texts = texts.as_string::<i32>();
         let ColumnarValue::Scalar(ScalarValue::Utf8(Some(zone))) = &args.args[1] else {
