@@ -1238,3 +1238,59 @@ async fn an_idle_partition_does_not_hold_back_the_watermark() {
         "{idle_after:?}"
     );
 }
+
+/// A partition read again from a checkpoint's position starts exactly there, also when
+/// the position falls inside a record batch: tansu answers a fetch there with the next
+/// batch, which would skip the rest of the batch (rows lost across a restart).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_partition_resumed_inside_a_record_batch_starts_at_its_position() {
+    let broker = KafkaBroker::start();
+    broker.create_topic("batched", 1);
+    // Ten batches of 100 messages (each `produce` ends with a flush: one batch).
+    for batch in 0..10 {
+        let messages: Vec<(i32, String)> = (0..100)
+            .map(|i| (0, format!(r#"{{"id": {}}}"#, batch * 100 + i)))
+            .collect();
+        broker.produce("batched", &messages);
+    }
+    let schema = Arc::new(Schema::new(vec![Field::new("id", DataType::Int64, true)]));
+    let options: BTreeMap<String, String> = [
+        ("connector", "kafka"),
+        ("topic", "batched"),
+        ("properties.bootstrap.server", broker.address.as_str()),
+        ("scan.startup.mode", "earliest"),
+        ("format", "plain"),
+        ("encode", "json"),
+    ]
+    .into_iter()
+    .map(|(k, v)| (k.to_string(), v.to_string()))
+    .collect();
+    let spec = eddy::connectors::ConnectorSpec::from_options(&schema, &options).unwrap();
+    // Positions are the next offset + 1: inside batches, at a batch's start, at the end.
+    for next in [1i64, 150, 537, 600, 999] {
+        let mut reader = spec.split_reader(0, next as u64 + 1);
+        let mut ids = Vec::new();
+        let deadline = Instant::now() + Duration::from_secs(60);
+        while ids.len() < (1000 - next) as usize {
+            assert!(
+                Instant::now() < deadline,
+                "from offset {next}: read only {ids:?}"
+            );
+            let batch = reader
+                .next_batch(1024)
+                .unwrap()
+                .expect("a topic never ends");
+            let column = batch
+                .column(0)
+                .as_any()
+                .downcast_ref::<Int64Array>()
+                .unwrap();
+            ids.extend(column.iter().flatten());
+            if batch.num_rows() == 0 {
+                tokio::time::sleep(Duration::from_millis(20)).await;
+            }
+        }
+        assert_eq!(ids, (next..1000).collect::<Vec<_>>(), "from offset {next}");
+        assert_eq!(reader.offset(), 1001, "the position after the last message");
+    }
+}

@@ -17,6 +17,7 @@
 //! message arrived still resumes where the job started. The partition count is read when
 //! the source is created and when its jobs start.
 
+use super::kafka_resume::{ResumeCheck, Verdict};
 use super::records::{self, RecordFormat};
 use crate::error::{EddyError, Result, sqlstate};
 use arrow::array::{BinaryArray, RecordBatch};
@@ -300,12 +301,39 @@ impl KafkaSpec {
     }
 
     fn consumer(&self) -> Result<BaseConsumer> {
-        self.client_config().create().map_err(|e| {
+        let mut config = self.client_config();
+        // A position the broker no longer has (deleted by retention) is read from the
+        // partition's first message, not silently from its end (librdkafka's default).
+        if !self
+            .properties
+            .iter()
+            .any(|(k, _)| k == "auto.offset.reset")
+        {
+            config.set("auto.offset.reset", "earliest");
+        }
+        config.create().map_err(|e| {
             invalid(format!(
                 "cannot create a Kafka client for '{}': {e}",
                 self.brokers
             ))
         })
+    }
+
+    /// Points `consumer` at `offset` of `partition`.
+    fn assign(&self, consumer: &BaseConsumer, partition: i32, offset: Offset) -> Result<()> {
+        let mut assignment = TopicPartitionList::new();
+        assignment
+            .add_partition_offset(&self.topic, partition, offset)
+            .and_then(|()| consumer.assign(&assignment))
+            .map_err(|e| {
+                EddyError::new(
+                    sqlstate::IO_ERROR,
+                    format!(
+                        "cannot read {}/{partition} from {offset:?}: {e}",
+                        self.topic
+                    ),
+                )
+            })
     }
 
     /// The topic's partition count, from the broker.
@@ -348,6 +376,7 @@ impl KafkaSpec {
             position,
             consumer: None,
             next: None,
+            resume_check: None,
             malformed: 0,
             rejected: vec![],
             high_watermark: None,
@@ -355,8 +384,13 @@ impl KafkaSpec {
     }
 
     /// A consumer of `partition` positioned at `position` (see [`KafkaSpec::split_reader`]);
-    /// the offset it starts at, when known.
-    fn open(&self, partition: i32, position: u64) -> Result<(BaseConsumer, Option<i64>)> {
+    /// the offset it starts at, when known, and for a resumed partition the check that it
+    /// really starts there.
+    fn open(
+        &self,
+        partition: i32,
+        position: u64,
+    ) -> Result<(BaseConsumer, Option<i64>, Option<ResumeCheck>)> {
         let consumer = self.consumer()?;
         let lookup_failed = |e: rdkafka::error::KafkaError| {
             EddyError::new(
@@ -393,16 +427,25 @@ impl KafkaSpec {
                 }
             }
         };
-        let mut assignment = TopicPartitionList::new();
-        assignment
-            .add_partition_offset(&self.topic, partition, start)
-            .map_err(lookup_failed)?;
-        consumer.assign(&assignment).map_err(lookup_failed)?;
         let next = match start {
             Offset::Offset(o) => Some(o),
             _ => None,
         };
-        Ok((consumer, next))
+        let check = match start {
+            Offset::Offset(o) if position > 0 => {
+                let (first, _) = consumer
+                    .fetch_watermarks(&self.topic, partition, LOOKUP_TIMEOUT)
+                    .map_err(lookup_failed)?;
+                ResumeCheck::start(o, first)
+            }
+            _ => None,
+        };
+        let fetch_from = match &check {
+            Some(check) => Offset::Offset(check.seek()),
+            None => start,
+        };
+        self.assign(&consumer, partition, fetch_from)?;
+        Ok((consumer, next, check))
     }
 }
 
@@ -415,6 +458,8 @@ pub struct KafkaSplit {
     consumer: Option<BaseConsumer>,
     /// The next offset to read, once known.
     next: Option<i64>,
+    /// Set while a split resumed from a checkpoint has not read its first message.
+    resume_check: Option<ResumeCheck>,
     malformed: u64,
     /// Messages skipped since the reader last took them.
     pub(super) rejected: Vec<records::Rejected>,
@@ -427,9 +472,10 @@ impl KafkaSplit {
     /// none: a topic never ends).
     pub fn next_batch(&mut self, max_rows: usize) -> Result<Option<RecordBatch>> {
         if self.consumer.is_none() {
-            let (consumer, next) = self.spec.open(self.partition, self.position)?;
+            let (consumer, next, check) = self.spec.open(self.partition, self.position)?;
             self.consumer = Some(consumer);
             self.next = next;
+            self.resume_check = check;
         }
         let consumer = self.consumer.as_ref().expect("opened above");
         let mut values: Vec<Option<Vec<u8>>> = Vec::new();
@@ -439,6 +485,32 @@ impl KafkaSplit {
             match consumer.poll(Duration::ZERO) {
                 None => break,
                 Some(Ok(message)) => {
+                    if let Some(check) = &mut self.resume_check {
+                        match check.judge(message.offset()) {
+                            Verdict::Drop => continue,
+                            Verdict::SeekBack(offset) => {
+                                self.spec.assign(
+                                    consumer,
+                                    self.partition,
+                                    Offset::Offset(offset),
+                                )?;
+                                break;
+                            }
+                            Verdict::Deliver => {
+                                if message.offset() > check.expected() {
+                                    tracing::warn!(
+                                        topic = %self.spec.topic,
+                                        partition = self.partition,
+                                        expected = check.expected(),
+                                        found = message.offset(),
+                                        "kafka: the partition resumes after the checkpoint's \
+                                         position (compacted or deleted messages)"
+                                    );
+                                }
+                                self.resume_check = None;
+                            }
+                        }
+                    }
                     self.next = Some(message.offset() + 1);
                     values.push(message.payload().map(<[u8]>::to_vec));
                     if wants_meta {
@@ -450,6 +522,18 @@ impl KafkaSplit {
                     tracing::warn!(topic = %self.spec.topic, "kafka: {e}");
                     break;
                 }
+            }
+        }
+        if values.is_empty()
+            && let Some(check) = &mut self.resume_check
+        {
+            match check.silent() {
+                Some(Verdict::SeekBack(offset)) => {
+                    self.spec
+                        .assign(consumer, self.partition, Offset::Offset(offset))?
+                }
+                Some(_) => self.resume_check = None,
+                None => {}
             }
         }
         let (value_batch, keep) = match &self.spec.payload {

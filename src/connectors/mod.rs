@@ -10,6 +10,7 @@ pub mod csv_line;
 pub mod datagen;
 pub mod file;
 pub mod kafka;
+mod kafka_resume;
 pub mod nexmark;
 pub mod object_files;
 pub mod object_location;

@@ -114,6 +114,18 @@ pub async fn restart_all(engine: &Engine) -> Result<()> {
             .is_some_and(|m| region.iter().all(|r| m.jobs.contains(&r.name)))
             && region.iter().all(|r| can_resume.get(&r.id) == Some(&true));
         let resumed_at = engine.checkpoints.committed_epoch();
+        if resume {
+            tracing::info!(job = %rel.name, epoch = resumed_at, "job resumes from the checkpoint");
+        } else {
+            tracing::info!(
+                job = %rel.name,
+                checkpoint_holds_region = engine
+                    .restored
+                    .as_ref()
+                    .is_some_and(|m| region.iter().all(|r| m.jobs.contains(&r.name))),
+                "job starts afresh"
+            );
+        }
         reads_changes |= restart_job(engine, rel, resume, resumed_at).await?;
     }
     std::mem::drop(paused);

@@ -78,7 +78,11 @@ impl TestServer {
             .arg(data_dir)
             .args(workers)
             .args(args)
-            .env("RUST_LOG", "warn")
+            // `EDDY_TEST_LOG=info` (or any filter) shows more of what a server did.
+            .env(
+                "RUST_LOG",
+                std::env::var("EDDY_TEST_LOG").unwrap_or_else(|_| "warn".into()),
+            )
             .envs(envs.iter().copied())
             .stdin(Stdio::null())
             .stdout(Stdio::null())
