@@ -75,6 +75,7 @@ mod to_char;
 mod to_timestamp;
 mod token_rewrites;
 pub mod users;
+mod using_joins;
 pub mod vars;
 
 use crate::catalog::schema_provider::CatalogSchemaProvider;
@@ -396,6 +397,7 @@ impl Engine {
         sql_rewrite::restore_select_list_subqueries(sql, &mut statements);
         for statement in statements.iter_mut() {
             sql_functions::inline(statement, &self.catalog)?;
+            using_joins::rewrite(statement, &self.catalog);
             sql_rewrite::rewrite(statement)?;
         }
         let corresponding = corresponding::mentioned(sql);
