@@ -31,8 +31,6 @@
 //! - `unnest(indkey)` / `generate_subscripts(indkey, 1)`: `pg_index.indkey` is an
 //!   `int2vector` in PostgreSQL but text (`"1 2"`) in the catalog tables, so it is split
 //!   into a `smallint[]` first.
-//! - Unqualified references to the merged column of `JOIN ... USING (c)`: the column
-//!   PostgreSQL means ([`super::using_joins`]).
 
 use datafusion::sql::sqlparser::ast::{
     Expr, FunctionArg, FunctionArgExpr, FunctionArgumentList, FunctionArguments, GroupByExpr,

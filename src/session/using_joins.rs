@@ -222,6 +222,9 @@ fn merge_using_columns(
     for (index, join) in from.joins.iter_mut().enumerate() {
         let right = binding(&join.relation);
         let right_columns = relation_columns(&join.relation, &right, columns);
+        if let (Some(left), Some(right)) = (&star, &right_columns) {
+            natural_as_using(&mut join.join_operator, left, right);
+        }
         let spelled = spelled_out(&join.join_operator);
         let using = using_keys(&join.join_operator);
         // The left input's column of each key: merged before, the first relation's,
@@ -274,6 +277,45 @@ fn merge_using_columns(
         };
     }
     star
+}
+
+/// A `NATURAL` join of inputs whose columns are known: `USING` the names they share,
+/// in the left input's order (none shared: a cross join), as PostgreSQL defines it.
+fn natural_as_using(operator: &mut JoinOperator, left: &[(Ident, Expr)], right: &[(Ident, Expr)]) {
+    let (JoinOperator::Join(c)
+    | JoinOperator::Inner(c)
+    | JoinOperator::Left(c)
+    | JoinOperator::LeftOuter(c)
+    | JoinOperator::Right(c)
+    | JoinOperator::RightOuter(c)
+    | JoinOperator::FullOuter(c)) = operator
+    else {
+        return;
+    };
+    if !matches!(c, JoinConstraint::Natural) {
+        return;
+    }
+    let mut shared: Vec<Ident> = Vec::new();
+    for (name, _) in left {
+        let key = ident_name(name);
+        if right.iter().any(|(r, _)| ident_name(r) == key)
+            && !shared.iter().any(|s| ident_name(s) == key)
+        {
+            shared.push(name.clone());
+        }
+    }
+    *c = if shared.is_empty() {
+        JoinConstraint::On(Expr::value(
+            datafusion::sql::sqlparser::ast::Value::Boolean(true),
+        ))
+    } else {
+        JoinConstraint::Using(
+            shared
+                .into_iter()
+                .map(|name| ObjectName::from(vec![name]))
+                .collect(),
+        )
+    };
 }
 
 /// Whether a join's columns are its inputs' side by side (semi, anti, `NATURAL`,
@@ -463,6 +505,23 @@ mod tests {
             columns: &columns_of,
         });
         statements[0].to_string()
+    }
+
+    #[test]
+    fn natural_joins_use_the_shared_columns() {
+        assert_eq!(
+            with_stars("SELECT * FROM a NATURAL FULL JOIN c"),
+            r#"SELECT coalesce(a."k", c."k") AS "k", a."x", c."z" FROM a FULL JOIN c USING("k")"#
+        );
+        assert_eq!(
+            with_stars("SELECT * FROM c NATURAL JOIN a"),
+            r#"SELECT c."k", c."z", a."x" FROM c JOIN a USING("k")"#
+        );
+        // Unknown columns: left to DataFusion.
+        assert_eq!(
+            with_stars("SELECT * FROM a NATURAL JOIN d"),
+            "SELECT * FROM a NATURAL JOIN d"
+        );
     }
 
     #[test]
