@@ -526,15 +526,10 @@ impl KafkaSplit {
         }
         if values.is_empty()
             && let Some(check) = &mut self.resume_check
+            && let Some(Verdict::SeekBack(offset)) = check.silent()
         {
-            match check.silent() {
-                Some(Verdict::SeekBack(offset)) => {
-                    self.spec
-                        .assign(consumer, self.partition, Offset::Offset(offset))?
-                }
-                Some(_) => self.resume_check = None,
-                None => {}
-            }
+            self.spec
+                .assign(consumer, self.partition, Offset::Offset(offset))?;
         }
         let (value_batch, keep) = match &self.spec.payload {
             PayloadFormat::Bytes => (

@@ -10,8 +10,9 @@
 //! and drops every message before *N*. A message before *N* shows the fetch covered *N*:
 //! from then on any gap is real. A first message after *N*, or nothing at all for a
 //! while, means the broker skipped: the reader seeks back further each time (2, 4, 8,
-//! ... offsets before *N*), never before the partition's first offset, where a gap that
-//! remains is real. With a broker that serves fetches as Kafka does, the first fetch
+//! ... offsets before *N*), never before the partition's first offset; there, a first
+//! message after *N* is a real gap, and silence is waited out. Messages before *N* are
+//! dropped until the check ends, so a slow fetch never makes them count twice. With a broker that serves fetches as Kafka does, the first fetch
 //! covers *N* and costs one message.
 
 use std::time::{Duration, Instant};
@@ -89,10 +90,13 @@ impl ResumeCheck {
         self.step_back()
     }
 
-    /// Nothing arrived: after a while, the broker skipped the batch holding the position.
-    /// `None`: keep waiting.
+    /// Nothing arrived: after a while, the broker skipped the batch holding the position,
+    /// and the reader seeks back further. `None`: keep waiting — always once the seek is
+    /// at the partition's first offset (that fetch's messages before the position must
+    /// still be dropped when they come). A slow broker only makes the seeks go back
+    /// further than needed.
     pub fn silent(&mut self) -> Option<Verdict> {
-        if self.covered || self.since.elapsed() < self.patience {
+        if self.covered || self.seek <= self.floor || self.since.elapsed() < self.patience {
             return None;
         }
         Some(self.step_back())
@@ -191,7 +195,20 @@ mod tests {
         assert_eq!(check.silent(), None);
         let mut check = ResumeCheck::with_patience(1, 0, Duration::ZERO).unwrap();
         assert_eq!(check.seek(), 0);
-        // At the partition's start and still nothing: the partition has nothing more.
-        assert_eq!(check.silent(), Some(Verdict::Deliver));
+        // At the partition's start: wait for that fetch, whose first message is dropped.
+        assert_eq!(check.silent(), None);
+        assert_eq!(check.judge(0), Verdict::Drop);
+        assert_eq!(check.judge(1), Verdict::Deliver);
+        // A slow fetch: the seeks reach the partition's start, and messages before the
+        // position are still dropped when they come.
+        let mut check = ResumeCheck::with_patience(5, 0, Duration::ZERO).unwrap();
+        assert_eq!(check.silent(), Some(Verdict::SeekBack(3)));
+        assert_eq!(check.silent(), Some(Verdict::SeekBack(1)));
+        assert_eq!(check.silent(), Some(Verdict::SeekBack(0)));
+        assert_eq!(check.silent(), None);
+        for offset in 0..5 {
+            assert_eq!(check.judge(offset), Verdict::Drop);
+        }
+        assert_eq!(check.judge(5), Verdict::Deliver);
     }
 }
