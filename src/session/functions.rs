@@ -93,6 +93,10 @@ pub fn register(ctx: &SessionContext) {
             ctx.register_udf(udf.as_ref().clone().with_aliases([postgres_name]));
         }
     }
+    // `variance` is PostgreSQL's name for the sample variance.
+    if let Ok(udaf) = datafusion::execution::FunctionRegistry::udaf(ctx, "var_samp") {
+        ctx.register_udaf(udaf.as_ref().clone().with_aliases(["variance"]));
+    }
     ctx.register_udf(create_udf(
         "pg_size_pretty",
         vec![DataType::Int64],
