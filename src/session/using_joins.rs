@@ -20,9 +20,8 @@
 use super::ddl::ident_name;
 use crate::catalog::Catalog;
 use datafusion::sql::sqlparser::ast::{
-    BinaryOperator, Expr, Function, FunctionArg, FunctionArgExpr, FunctionArgumentList,
-    FunctionArguments, GroupByExpr, Ident, JoinConstraint, JoinOperator, ObjectName, Query, Select,
-    SelectItem, SetExpr, Statement, TableFactor, TableWithJoins, VisitMut, VisitorMut,
+    BinaryOperator, Expr, GroupByExpr, Ident, JoinConstraint, JoinOperator, ObjectName, Query,
+    Select, SelectItem, SetExpr, Statement, TableFactor, TableWithJoins, VisitMut, VisitorMut,
 };
 use std::collections::HashSet;
 use std::ops::ControlFlow;
@@ -417,23 +416,7 @@ fn qualified(binding: &Ident, column: &Ident) -> Expr {
 }
 
 fn coalesce(left: Expr, right: Expr) -> Expr {
-    Expr::Function(Function {
-        name: ObjectName::from(vec![Ident::new("coalesce")]),
-        uses_odbc_syntax: false,
-        parameters: FunctionArguments::None,
-        args: FunctionArguments::List(FunctionArgumentList {
-            duplicate_treatment: None,
-            args: [left, right]
-                .into_iter()
-                .map(|e| FunctionArg::Unnamed(FunctionArgExpr::Expr(e)))
-                .collect(),
-            clauses: vec![],
-        }),
-        filter: None,
-        null_treatment: None,
-        over: None,
-        within_group: vec![],
-    })
+    super::sql_rewrite::function_call("coalesce", vec![left, right])
 }
 
 /// Replaces unqualified references to merged columns, outside subqueries.
