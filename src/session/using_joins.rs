@@ -7,14 +7,15 @@
 //! ambiguous once three inputs share it. So, before planning, every unqualified reference
 //! to a merged column in a select list, `WHERE`, `GROUP BY` and `HAVING` becomes the
 //! merged expression (a bare select item keeps the name `k`), and a `USING` whose left
-//! column is a full join's `COALESCE` becomes the `ON` condition it means. A plain `*`
+//! column is not the first relation's (a right join's key, a full join's `COALESCE`,
+//! another input's column) becomes the `ON` condition it means. A plain `*`
 //! over such joins is spelled out as PostgreSQL expands it — each join's merged columns
 //! first, then its left input's other columns, then its right input's — when the
 //! catalog knows every relation's columns.
 //!
-//! Only what the query's text tells is rewritten: a `USING` whose left side is a chain of
-//! joins and whose column was not merged before (which input has it needs the schemas),
-//! `NATURAL` joins and joins in parentheses are left to DataFusion. A subquery's own
+//! What cannot be told is left to DataFusion: a `USING` column of a chain's left side
+//! that no merge named before and whose input the catalog cannot tell, `NATURAL` joins
+//! of relations whose columns are not known, and joins in parentheses. A subquery's own
 //! references are its own scope.
 
 use super::ddl::ident_name;
@@ -247,7 +248,13 @@ fn merge_using_columns(
             .map(|(key, name)| left_of(key, name))
             .collect();
         if let (Some(lefts), Some(right)) = (lefts, &right) {
-            merge_one_join(join, &lefts, right, merged);
+            // DataFusion joins a `USING` on the first relation's column of that name;
+            // any other left column (a right join's, a full join's COALESCE, another
+            // input's) needs the `ON` it means.
+            let as_on = using.iter().flatten().zip(&lefts).any(|((_, name), left)| {
+                first.as_ref().is_none_or(|f| *left != qualified(f, name))
+            });
+            merge_one_join(join, &lefts, right, merged, as_on);
         }
         star = match (star, right_columns, spelled) {
             (Some(left), Some(right_columns), true) => match &using {
@@ -355,13 +362,13 @@ fn using_keys(operator: &JoinOperator) -> Option<Vec<(String, Ident)>> {
 }
 
 /// Adds one `USING` join's merged columns to `merged`, given the left input's column of
-/// each key; a left column that is not a plain column (a full join's `COALESCE`) turns
-/// the `USING` into the `ON` it means.
+/// each key; `as_on` turns the `USING` into the `ON` it means.
 fn merge_one_join(
     join: &mut datafusion::sql::sqlparser::ast::Join,
     lefts: &[Expr],
     right: &Ident,
     merged: &mut Vec<(String, Expr)>,
+    as_on: bool,
 ) {
     let Some(keys) = using_keys(&join.join_operator) else {
         return;
@@ -375,10 +382,7 @@ fn merge_one_join(
         JoinOperator::FullOuter(c) => (c, true, false),
         _ => return,
     };
-    if lefts
-        .iter()
-        .any(|left| !matches!(left, Expr::CompoundIdentifier(_)))
-    {
+    if as_on {
         let on = keys
             .iter()
             .zip(lefts)
@@ -547,6 +551,14 @@ mod tests {
         assert_eq!(
             rewritten("SELECT count(k) FROM a FULL JOIN b USING (k) RIGHT JOIN c USING (k)"),
             "SELECT count(c.k) FROM a FULL JOIN b USING(k) RIGHT JOIN c ON coalesce(a.k, b.k) = c.k"
+        );
+    }
+
+    #[test]
+    fn a_right_joins_key_is_joined_on_by_the_next_using() {
+        assert_eq!(
+            rewritten("SELECT k FROM a RIGHT JOIN b USING (k) LEFT JOIN c USING (k)"),
+            "SELECT b.k AS k FROM a RIGHT JOIN b USING(k) LEFT JOIN c ON b.k = c.k"
         );
     }
 
