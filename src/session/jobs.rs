@@ -108,23 +108,17 @@ pub async fn restart_all(engine: &Engine) -> Result<()> {
         // A job resumes only if the checkpoint holds every job of its region (the jobs
         // it reads from or feeds): one started afresh would feed the others twice.
         let region = region(rel, &relations);
-        let resume = engine
+        let checkpoint_holds_region = engine
             .restored
             .as_ref()
-            .is_some_and(|m| region.iter().all(|r| m.jobs.contains(&r.name)))
-            && region.iter().all(|r| can_resume.get(&r.id) == Some(&true));
+            .is_some_and(|m| region.iter().all(|r| m.jobs.contains(&r.name)));
+        let states_fit = region.iter().all(|r| can_resume.get(&r.id) == Some(&true));
+        let resume = checkpoint_holds_region && states_fit;
         let resumed_at = engine.checkpoints.committed_epoch();
         if resume {
             tracing::info!(job = %rel.name, epoch = resumed_at, "job resumes from the checkpoint");
         } else {
-            tracing::info!(
-                job = %rel.name,
-                checkpoint_holds_region = engine
-                    .restored
-                    .as_ref()
-                    .is_some_and(|m| region.iter().all(|r| m.jobs.contains(&r.name))),
-                "job starts afresh"
-            );
+            tracing::info!(job = %rel.name, checkpoint_holds_region, states_fit, "job starts afresh");
         }
         reads_changes |= restart_job(engine, rel, resume, resumed_at).await?;
     }
