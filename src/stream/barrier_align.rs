@@ -68,7 +68,7 @@ pub struct AlignedInputs {
     /// Per channel, the latest watermark of each column.
     watermarks: Vec<HashMap<usize, ScalarValue>>,
     /// Channels whose sender said it is idle ([`Message::Idle`]) and has sent no rows
-    /// since: left out of merged watermarks.
+    /// or watermarks since: left out of merged watermarks.
     idle: Vec<bool>,
     /// Per (input, column), the watermark last returned (input 0 when merged across).
     emitted: HashMap<(usize, usize), ScalarValue>,
@@ -245,6 +245,10 @@ impl AlignedInputs {
                 None => self.close(channel),
                 Some(Message::Idle) => self.set_idle(channel),
                 Some(Message::Watermark(w)) => {
+                    // A watermark means its sender reads rows again, even when none of
+                    // them were routed to this subtask: the channel counts again (else
+                    // a subtask its rows bypass would ignore its watermarks for good).
+                    self.idle[channel] = false;
                     self.watermarks[channel].insert(w.column, w.value);
                     if let Some((input, merged)) = self.merged_watermark(channel, w.column) {
                         return Some((input, Message::Watermark(merged)));
@@ -447,6 +451,27 @@ mod tests {
         tx[0].send(watermark(0, 70)).await.unwrap();
         tx[1].send(watermark(0, 60)).await.unwrap();
         assert_eq!(next(&mut aligned).await.unwrap(), "w0:0=60");
+    }
+
+    #[tokio::test]
+    async fn an_idle_channel_counts_again_from_its_next_watermark_without_rows() {
+        // The sender's rows all went to other subtasks of the exchange: only its
+        // watermark reaches this one, and it must close windows here too.
+        let (mut aligned, tx) = inputs(&[0, 0], WatermarkMerge::AcrossInputs);
+        tx[0].send(watermark(0, 40)).await.unwrap();
+        tx[1].send(watermark(0, 20)).await.unwrap();
+        assert_eq!(next(&mut aligned).await.unwrap(), "w0:0=20");
+        tx[1].send(Message::Idle).await.unwrap();
+        assert_eq!(next(&mut aligned).await.unwrap(), "w0:0=40");
+        tx[0].send(Message::Idle).await.unwrap();
+        assert!(waits(&mut aligned).await, "every channel idle: nothing");
+        tx[1].send(watermark(0, 90)).await.unwrap();
+        assert_eq!(next(&mut aligned).await.unwrap(), "w0:0=90");
+        // Channel 0 reads rows again: it holds the merge back from then on.
+        tx[0].send(watermark(0, 95)).await.unwrap();
+        assert!(waits(&mut aligned).await, "the minimum is still 90");
+        tx[1].send(watermark(0, 120)).await.unwrap();
+        assert_eq!(next(&mut aligned).await.unwrap(), "w0:0=95");
     }
 
     #[tokio::test]
