@@ -172,6 +172,74 @@ impl StoredTable {
     }
 }
 
+/// The column [`StoredTable::keyed_schema`] adds after the table's own: each row's
+/// storage key, which identifies it for an `UPDATE` or `DELETE` run as a query.
+pub const ROW_KEY_COLUMN: &str = "__eddy_row_key";
+
+impl StoredTable {
+    /// The table's columns and [`ROW_KEY_COLUMN`].
+    pub fn keyed_schema(&self) -> SchemaRef {
+        let mut fields: Vec<_> = self.schema().fields().iter().cloned().collect();
+        fields.push(Arc::new(Field::new(
+            ROW_KEY_COLUMN,
+            DataType::Binary,
+            false,
+        )));
+        Arc::new(Schema::new(fields))
+    }
+
+    /// Refuses `UPDATE` and `DELETE` of a materialized view or an append-only table.
+    pub fn check_changeable(&self) -> DFResult<()> {
+        self.check_writable()?;
+        self.check_deletable()
+    }
+
+    /// Every row (as [`StoredTable::read_all`] sees it) with its storage key appended.
+    pub fn keyed_rows(&self, session: &dyn Session) -> DFResult<Vec<RecordBatch>> {
+        let schema = self.keyed_schema();
+        self.read_all(Some(session))?
+            .into_iter()
+            .map(|scanned| {
+                let mut columns = scanned.batch.columns().to_vec();
+                let keys: arrow::array::BinaryArray =
+                    scanned.keys.iter().map(|k| Some(k.as_slice())).collect();
+                columns.push(Arc::new(keys));
+                Ok(RecordBatch::try_new(schema.clone(), columns)?)
+            })
+            .collect()
+    }
+
+    /// Replaces the rows stored under `keys` by the rows of `new` (one per key, in the
+    /// table's columns, any types castable to them), or deletes them when `new` is
+    /// `None`; staged in the session's transaction if one is open. Returns how many
+    /// rows changed.
+    pub fn change_rows(
+        &self,
+        session: &dyn Session,
+        keys: &[Vec<u8>],
+        new: Option<&RecordBatch>,
+    ) -> DFResult<u64> {
+        self.check_changeable()?;
+        let txn = transaction_of(session);
+        let changed = match new {
+            None => match &txn {
+                Some(txn) => txn.delete_keys(&self.table, keys),
+                None => self.table.delete_keys(keys),
+            },
+            Some(new) => {
+                let new = crate::state::state_table::conform(new, self.table.schema())
+                    .and_then(|b| crate::jsonb::normalize_columns(&b, self.table.schema()))
+                    .map_err(EddyError::into_datafusion)?;
+                match &txn {
+                    Some(txn) => txn.replace(&self.table, keys, &new),
+                    None => self.table.replace(keys, &new),
+                }
+            }
+        };
+        Ok(changed.map_err(EddyError::into_datafusion)? as u64)
+    }
+}
+
 /// The session's open transaction (`BEGIN` without `COMMIT` yet): DML is staged in it.
 fn transaction_of(session: &dyn Session) -> Option<Arc<Transaction>> {
     session

@@ -136,7 +136,7 @@ fn key(plan: &Arc<LogicalPlan>) -> usize {
     Arc::as_ptr(plan) as usize
 }
 
-fn subquery_of(e: &Expr) -> Option<&Subquery> {
+pub(super) fn subquery_of(e: &Expr) -> Option<&Subquery> {
     match e {
         Expr::ScalarSubquery(s) => Some(s),
         Expr::InSubquery(i) => Some(&i.subquery),

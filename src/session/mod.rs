@@ -39,6 +39,7 @@ mod integral_decimal;
 mod interval_arithmetic;
 mod interval_avg;
 pub mod jobs;
+mod joined_dml;
 mod justify_functions;
 pub mod kafka_tables;
 mod lateral_aggregates;
@@ -944,9 +945,15 @@ impl Session {
             None => None,
         };
         column_values::rewrite(&mut stmt, &self.engine.catalog, source_width)?;
-        let plan = state
-            .statement_to_plan(DFStatement::Statement(Box::new(stmt)))
-            .await?;
+        joined_dml::rewrite_delete_using(&mut stmt)?;
+        let plan = match joined_dml::plan_update_from(&stmt, &state).await? {
+            Some(plan) => plan,
+            None => {
+                state
+                    .statement_to_plan(DFStatement::Statement(Box::new(stmt)))
+                    .await?
+            }
+        };
         let plan = pg_semantics::rewrite(plan)?;
         let plan = set_operations::rewrite(plan)?;
         SQLOptions::new()
@@ -982,6 +989,15 @@ impl Session {
             LogicalPlan::Dml(d) => Some(d.op.clone()),
             _ => None,
         };
+        if joined_dml::applies(&plan) {
+            let count = joined_dml::execute(plan, self.statement_state()).await?;
+            self.implicit_flush().await?;
+            let verb = match dml {
+                Some(WriteOp::Update) => "UPDATE",
+                _ => "DELETE",
+            };
+            return Ok(Outcome::Command(format!("{verb} {count}")));
+        }
         let mut state = self.statement_state();
         if matches!(dml, Some(WriteOp::Update | WriteOp::Delete)) {
             state = simplifier_only(state);
