@@ -219,6 +219,21 @@ impl EddyError {
                 format!("division by zero ({})", clean_message(text)),
             );
         }
+        // A number that does not fit an integer type (Arrow's checked cast; checked
+        // integer arithmetic is planned as one): PostgreSQL's words.
+        for (arrow_type, sql_type) in [
+            ("Int16", "smallint"),
+            ("Int32", "integer"),
+            ("Int64", "bigint"),
+        ] {
+            if text.contains("Can't cast value") && text.contains(&format!("to type {arrow_type}"))
+            {
+                return Self::new(
+                    sqlstate::NUMERIC_VALUE_OUT_OF_RANGE,
+                    format!("{sql_type} out of range"),
+                );
+            }
+        }
         if let Some(message) = postgres_cast_message(text) {
             return Self::new(sqlstate::INVALID_TEXT_REPRESENTATION, message);
         }

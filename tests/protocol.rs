@@ -37,7 +37,7 @@ async fn garbage_bytes_close_only_that_connection() {
 
     // The other session is untouched and new ones are accepted.
     let row = healthy.query_one("SELECT 40 + 2", &[]).await.unwrap();
-    assert_eq!(row.get::<_, i64>(0), 42);
+    assert_eq!(row.get::<_, i32>(0), 42);
     let fresh = server.connect().await;
     let row = fresh.query_one("SELECT 'still here'", &[]).await.unwrap();
     assert_eq!(row.get::<_, &str>(0), "still here");

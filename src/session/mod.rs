@@ -35,6 +35,7 @@ pub mod functions;
 mod hidden_columns;
 mod indexes;
 mod integer_aggregates;
+mod integer_literals;
 mod integral_decimal;
 mod interval_arithmetic;
 mod interval_avg;
@@ -210,6 +211,7 @@ impl Engine {
         // nodes computing them before anything else analyzes the plan.
         let mut analyzer_rules: Vec<Arc<dyn datafusion::optimizer::AnalyzerRule + Send + Sync>> = vec![
             Arc::new(crate::planner::window_tvf::ExpandWindows),
+            Arc::new(integer_literals::IntegerLiterals),
             Arc::new(round_places::RoundPlaces),
             Arc::new(timestamp_difference::TimestampDifference),
             Arc::new(integer_aggregates::IntegerAggregates),
@@ -223,6 +225,7 @@ impl Engine {
             .with_relation_planners(vec![Arc::new(crate::planner::window_tvf::WindowPlanner)])
             .build(),
         );
+        ctx.add_analyzer_rule(Arc::new(integer_literals::CheckedIntegerArithmetic));
         ctx.add_analyzer_rule(Arc::new(numeric_division::NumericDivision));
         ctx.add_analyzer_rule(Arc::new(date_trunc_by_row::DateTruncByRow));
         ctx.add_analyzer_rule(Arc::new(time_literals::TimeLiterals));
@@ -1003,9 +1006,8 @@ impl Session {
             state = simplifier_only(state);
         }
         let plan = dml_subqueries::evaluate(plan, &state).await?;
-        let df = datafusion::dataframe::DataFrame::new(state, plan);
-        let schema: SchemaRef = Arc::new(df.schema().as_arrow().clone());
-        let batches = df.collect().await?;
+        let (schema, batches) =
+            collect_typed(datafusion::dataframe::DataFrame::new(state, plan)).await?;
         match dml {
             None => {
                 let (schema, batches) = match self.time_zone() {
@@ -1150,6 +1152,19 @@ fn runs_in_datafusion(stmt: &Statement) -> bool {
             | Statement::Explain { .. }
             | Statement::Truncate(_)
     )
+}
+
+/// Runs a query; returns its rows and their columns as the analyzed plan types them
+/// (Eddy's analyzer rules change types: integer literals, averages), which the
+/// unanalyzed plan's schema does not know.
+pub(crate) async fn collect_typed(
+    df: datafusion::dataframe::DataFrame,
+) -> Result<(SchemaRef, Vec<RecordBatch>)> {
+    let task_context = Arc::new(df.task_ctx());
+    let physical = df.create_physical_plan().await?;
+    let schema = physical.schema();
+    let batches = datafusion::physical_plan::collect(physical, task_context).await?;
+    Ok((schema, batches))
 }
 
 fn dml_count(batches: &[RecordBatch]) -> u64 {

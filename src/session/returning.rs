@@ -272,9 +272,7 @@ async fn evaluate(
             }
         }
     }
-    let selected = frame.select(exprs)?;
-    let schema: SchemaRef = Arc::new(selected.schema().as_arrow().clone());
-    let batches = selected.collect().await?;
+    let (schema, batches) = super::collect_typed(frame.select(exprs)?).await?;
     let mut as_query = parse_query("SELECT 1 FROM t")?;
     if let SetExpr::Select(select) = as_query.body.as_mut() {
         select.projection = items.to_vec();

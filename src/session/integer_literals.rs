@@ -1,0 +1,203 @@
+//! Integer literals typed as PostgreSQL types them: `integer` when the value fits in 32
+//! bits, `bigint` otherwise. DataFusion makes every integer literal a `bigint`, so
+//! `SELECT 1` reached clients as `int8` and `int_column + 1` was a `bigint` (PostgreSQL
+//! and RisingWave: `integer`, and `2147483647 + 1` is out of range).
+//!
+//! Run before type coercion (and before Eddy's rules that type aggregates), over every
+//! expression of the plan but these, which keep DataFusion's types: a literal that is
+//! itself an aggregate's or window function's argument (`count(1)` is how `count(*)` is
+//! planned; `lag(x, 1)`, `ntile(4)` take a `bigint`), and the nodes whose schema is not
+//! derived from their expressions (`VALUES`, `LIMIT`, DML, `UNION`, extension nodes).
+
+use datafusion::common::config::ConfigOptions;
+use datafusion::common::tree_node::{Transformed, TreeNode, TreeNodeRecursion};
+use datafusion::common::{Result, ScalarValue};
+use datafusion::logical_expr::expr_rewriter::NamePreserver;
+use datafusion::logical_expr::{Expr, LogicalPlan};
+use datafusion::optimizer::AnalyzerRule;
+
+#[derive(Debug, Default)]
+pub struct IntegerLiterals;
+
+impl AnalyzerRule for IntegerLiterals {
+    fn analyze(&self, plan: LogicalPlan, _config: &ConfigOptions) -> Result<LogicalPlan> {
+        plan.transform_up_with_subqueries(|node| {
+            if matches!(
+                node,
+                LogicalPlan::Values(_)
+                    | LogicalPlan::Limit(_)
+                    | LogicalPlan::Dml(_)
+                    | LogicalPlan::Ddl(_)
+                    | LogicalPlan::Union(_)
+                    | LogicalPlan::Extension(_)
+                    | LogicalPlan::TableScan(_)
+            ) {
+                return Ok(Transformed::no(node));
+            }
+            // Output columns keep their names (`k % Int64(2)`): nodes above refer to
+            // them by name.
+            let names = NamePreserver::new(&node);
+            let narrowed = node.map_expressions(|expr| {
+                let name = names.save(&expr);
+                narrow_literals(expr)?.map_data(|e| Ok(name.restore(e)))
+            })?;
+            if narrowed.transformed {
+                narrowed.map_data(|node| node.recompute_schema())
+            } else {
+                Ok(narrowed)
+            }
+        })
+        .map(|t| t.data)
+    }
+
+    fn name(&self) -> &str {
+        "eddy_integer_literals"
+    }
+}
+
+/// The expression with its 32-bit integer literals typed `Int32`, outside aggregate and
+/// window function arguments.
+fn narrow_literals(expr: Expr) -> Result<Transformed<Expr>> {
+    expr.transform_down(|e| match e {
+        Expr::AggregateFunction(mut aggregate) => {
+            let changed = narrow_arguments(&mut aggregate.params.args)?;
+            Ok(Transformed::new(
+                Expr::AggregateFunction(aggregate),
+                changed,
+                TreeNodeRecursion::Jump,
+            ))
+        }
+        Expr::WindowFunction(mut window) => {
+            let changed = narrow_arguments(&mut window.params.args)?;
+            Ok(Transformed::new(
+                Expr::WindowFunction(window),
+                changed,
+                TreeNodeRecursion::Jump,
+            ))
+        }
+        Expr::Literal(ScalarValue::Int64(Some(v)), metadata) => match i32::try_from(v) {
+            Ok(v) => Ok(Transformed::yes(Expr::Literal(
+                ScalarValue::Int32(Some(v)),
+                metadata,
+            ))),
+            Err(_) => Ok(Transformed::no(Expr::Literal(
+                ScalarValue::Int64(Some(v)),
+                metadata,
+            ))),
+        },
+        other => Ok(Transformed::no(other)),
+    })
+}
+
+/// An aggregate's or window function's arguments: a literal argument keeps its type,
+/// literals inside the others are narrowed (`sum(int_column + 1)` sums integers).
+fn narrow_arguments(args: &mut [Expr]) -> Result<bool> {
+    let mut changed = false;
+    for arg in args.iter_mut() {
+        if matches!(arg, Expr::Literal(..)) {
+            continue;
+        }
+        let narrowed = narrow_literals(arg.clone())?;
+        changed |= narrowed.transformed;
+        *arg = narrowed.data;
+    }
+    Ok(changed)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use datafusion::logical_expr::{col, lit};
+
+    #[test]
+    fn literals_that_fit_in_32_bits_become_integers() {
+        let narrowed = narrow_literals(col("a") + lit(1i64) + lit(5_000_000_000i64)).unwrap();
+        assert!(narrowed.transformed);
+        assert_eq!(narrowed.data, col("a") + lit(1i32) + lit(5_000_000_000i64));
+    }
+
+    #[test]
+    fn a_literal_argument_of_an_aggregate_keeps_its_type() {
+        use datafusion::functions_aggregate::{count::count, sum::sum};
+        let narrowed = narrow_literals(count(lit(1i64))).unwrap();
+        assert!(!narrowed.transformed);
+        assert_eq!(narrowed.data, count(lit(1i64)));
+        let narrowed = narrow_literals(sum(col("a") + lit(1i64))).unwrap();
+        assert_eq!(narrowed.data, sum(col("a") + lit(1i32)));
+    }
+}
+
+/// `integer` and `smallint` arithmetic that fails on overflow, as in PostgreSQL
+/// (`2147483647 + 1` is "integer out of range"), where DataFusion's wraps around: after
+/// type coercion, `a + b`, `a - b` and `a * b` of two 32- or 16-bit integers are computed
+/// as `bigint`s (which cannot overflow there) and cast back, and the cast fails when the
+/// result does not fit.
+#[derive(Debug, Default)]
+pub struct CheckedIntegerArithmetic;
+
+impl AnalyzerRule for CheckedIntegerArithmetic {
+    fn analyze(&self, plan: LogicalPlan, _config: &ConfigOptions) -> Result<LogicalPlan> {
+        plan.transform_up_with_subqueries(|node| {
+            if matches!(
+                node,
+                LogicalPlan::Values(_)
+                    | LogicalPlan::Dml(_)
+                    | LogicalPlan::Ddl(_)
+                    | LogicalPlan::Extension(_)
+                    | LogicalPlan::TableScan(_)
+            ) {
+                return Ok(Transformed::no(node));
+            }
+            // The columns the node's expressions read: a join's both sides, otherwise
+            // its (first) input's.
+            let schema = match &node {
+                LogicalPlan::Join(join) => Some(join.schema.clone()),
+                _ => node.inputs().first().map(|input| input.schema().clone()),
+            };
+            let Some(schema) = schema else {
+                return Ok(Transformed::no(node));
+            };
+            let names = NamePreserver::new(&node);
+            node.map_expressions(|expr| {
+                let name = names.save(&expr);
+                expr.transform_up(|e| widen_integer_arithmetic(e, &schema))?
+                    .map_data(|e| Ok(name.restore(e)))
+            })
+        })
+        .map(|t| t.data)
+    }
+
+    fn name(&self) -> &str {
+        "eddy_checked_integer_arithmetic"
+    }
+}
+
+/// `l op r` of two `Int32`s (or `Int16`s) as `CAST(CAST(l AS Int64) op CAST(r AS Int64)
+/// AS Int32)`.
+fn widen_integer_arithmetic(
+    expr: Expr,
+    schema: &datafusion::common::DFSchema,
+) -> Result<Transformed<Expr>> {
+    use arrow::datatypes::DataType;
+    use datafusion::logical_expr::{BinaryExpr, ExprSchemable, Operator, cast};
+    let Expr::BinaryExpr(BinaryExpr { left, op, right }) = &expr else {
+        return Ok(Transformed::no(expr));
+    };
+    if !matches!(op, Operator::Plus | Operator::Minus | Operator::Multiply) {
+        return Ok(Transformed::no(expr));
+    }
+    let (Ok(left_type), Ok(right_type)) = (left.get_type(schema), right.get_type(schema)) else {
+        return Ok(Transformed::no(expr));
+    };
+    let narrow = match (&left_type, &right_type) {
+        (DataType::Int32, DataType::Int32) => DataType::Int32,
+        (DataType::Int16, DataType::Int16) => DataType::Int16,
+        _ => return Ok(Transformed::no(expr)),
+    };
+    let wide = Expr::BinaryExpr(BinaryExpr::new(
+        Box::new(cast(left.as_ref().clone(), DataType::Int64)),
+        *op,
+        Box::new(cast(right.as_ref().clone(), DataType::Int64)),
+    ));
+    Ok(Transformed::yes(cast(wide, narrow)))
+}
