@@ -22,16 +22,9 @@ pub struct IntegerLiterals;
 impl AnalyzerRule for IntegerLiterals {
     fn analyze(&self, plan: LogicalPlan, _config: &ConfigOptions) -> Result<LogicalPlan> {
         plan.transform_up_with_subqueries(|node| {
-            if matches!(
-                node,
-                LogicalPlan::Values(_)
-                    | LogicalPlan::Limit(_)
-                    | LogicalPlan::Dml(_)
-                    | LogicalPlan::Ddl(_)
-                    | LogicalPlan::Union(_)
-                    | LogicalPlan::Extension(_)
-                    | LogicalPlan::TableScan(_)
-            ) {
+            if keeps_its_types(&node)
+                || matches!(node, LogicalPlan::Limit(_) | LogicalPlan::Union(_))
+            {
                 return Ok(Transformed::no(node));
             }
             // Output columns keep their names (`k % Int64(2)`): nodes above refer to
@@ -53,6 +46,19 @@ impl AnalyzerRule for IntegerLiterals {
     fn name(&self) -> &str {
         "eddy_integer_literals"
     }
+}
+
+/// Nodes whose schema is not derived from their expressions (or that are not Eddy's to
+/// retype): both rules leave them alone.
+fn keeps_its_types(node: &LogicalPlan) -> bool {
+    matches!(
+        node,
+        LogicalPlan::Values(_)
+            | LogicalPlan::Dml(_)
+            | LogicalPlan::Ddl(_)
+            | LogicalPlan::Extension(_)
+            | LogicalPlan::TableScan(_)
+    )
 }
 
 /// The expression with its 32-bit integer literals typed `Int32`, outside aggregate and
@@ -138,14 +144,7 @@ pub struct CheckedIntegerArithmetic;
 impl AnalyzerRule for CheckedIntegerArithmetic {
     fn analyze(&self, plan: LogicalPlan, _config: &ConfigOptions) -> Result<LogicalPlan> {
         plan.transform_up_with_subqueries(|node| {
-            if matches!(
-                node,
-                LogicalPlan::Values(_)
-                    | LogicalPlan::Dml(_)
-                    | LogicalPlan::Ddl(_)
-                    | LogicalPlan::Extension(_)
-                    | LogicalPlan::TableScan(_)
-            ) {
+            if keeps_its_types(&node) {
                 return Ok(Transformed::no(node));
             }
             // The columns the node's expressions read: a join's both sides, otherwise
