@@ -1,3 +1,5 @@
+//! Numbers typed as PostgreSQL types them (this module's rules; the others follow).
+//!
 //! Integer literals typed as PostgreSQL types them: `integer` when the value fits in 32
 //! bits, `bigint` otherwise. DataFusion makes every integer literal a `bigint`, so
 //! `SELECT 1` reached clients as `int8` and `int_column + 1` was a `bigint` (PostgreSQL
@@ -143,32 +145,95 @@ pub struct CheckedIntegerArithmetic;
 
 impl AnalyzerRule for CheckedIntegerArithmetic {
     fn analyze(&self, plan: LogicalPlan, _config: &ConfigOptions) -> Result<LogicalPlan> {
-        plan.transform_up_with_subqueries(|node| {
-            if keeps_its_types(&node) {
-                return Ok(Transformed::no(node));
-            }
-            // The columns the node's expressions read: a join's both sides, otherwise
-            // its (first) input's.
-            let schema = match &node {
-                LogicalPlan::Join(join) => Some(join.schema.clone()),
-                _ => node.inputs().first().map(|input| input.schema().clone()),
-            };
-            let Some(schema) = schema else {
-                return Ok(Transformed::no(node));
-            };
-            let names = NamePreserver::new(&node);
-            node.map_expressions(|expr| {
-                let name = names.save(&expr);
-                expr.transform_up(|e| widen_integer_arithmetic(e, &schema))?
-                    .map_data(|e| Ok(name.restore(e)))
-            })
-        })
-        .map(|t| t.data)
+        rewrite_expressions(plan, widen_integer_arithmetic)
     }
 
     fn name(&self) -> &str {
         "eddy_checked_integer_arithmetic"
     }
+}
+
+/// `real` arithmetic with an integer or a `numeric` is `double precision`, as in
+/// PostgreSQL and RisingWave (DataFusion computes it as a `real`). Before type coercion.
+#[derive(Debug, Default)]
+pub struct RealWithExactNumbers;
+
+impl AnalyzerRule for RealWithExactNumbers {
+    fn analyze(&self, plan: LogicalPlan, _config: &ConfigOptions) -> Result<LogicalPlan> {
+        rewrite_expressions(plan, promote_real_arithmetic)
+    }
+
+    fn name(&self) -> &str {
+        "eddy_real_with_exact_numbers"
+    }
+}
+
+/// Rewrites every expression of the plan's nodes (but those of [`keeps_its_types`]) with
+/// `rewrite`, given the columns the expression reads, keeping output column names.
+fn rewrite_expressions(
+    plan: LogicalPlan,
+    rewrite: fn(Expr, &datafusion::common::DFSchema) -> Result<Transformed<Expr>>,
+) -> Result<LogicalPlan> {
+    plan.transform_up_with_subqueries(|node| {
+        if keeps_its_types(&node) {
+            return Ok(Transformed::no(node));
+        }
+        // The columns the node's expressions read: a join's both sides, otherwise its
+        // (first) input's.
+        let schema = match &node {
+            LogicalPlan::Join(join) => Some(join.schema.clone()),
+            _ => node.inputs().first().map(|input| input.schema().clone()),
+        };
+        let Some(schema) = schema else {
+            return Ok(Transformed::no(node));
+        };
+        let names = NamePreserver::new(&node);
+        let rewritten = node.map_expressions(|expr| {
+            let name = names.save(&expr);
+            expr.transform_up(|e| rewrite(e, &schema))?
+                .map_data(|e| Ok(name.restore(e)))
+        })?;
+        if rewritten.transformed {
+            rewritten.map_data(|node| node.recompute_schema())
+        } else {
+            Ok(rewritten)
+        }
+    })
+    .map(|t| t.data)
+}
+
+/// `l op r` of a `Float32` and an integer or decimal as the `Float64`s of both.
+fn promote_real_arithmetic(
+    expr: Expr,
+    schema: &datafusion::common::DFSchema,
+) -> Result<Transformed<Expr>> {
+    use arrow::datatypes::DataType;
+    use datafusion::logical_expr::{BinaryExpr, ExprSchemable, Operator, cast};
+    let Expr::BinaryExpr(BinaryExpr { left, op, right }) = &expr else {
+        return Ok(Transformed::no(expr));
+    };
+    if !matches!(
+        op,
+        Operator::Plus | Operator::Minus | Operator::Multiply | Operator::Divide | Operator::Modulo
+    ) {
+        return Ok(Transformed::no(expr));
+    }
+    let (Ok(left_type), Ok(right_type)) = (left.get_type(schema), right.get_type(schema)) else {
+        return Ok(Transformed::no(expr));
+    };
+    let exact = |t: &DataType| {
+        t.is_integer() || matches!(t, DataType::Decimal128(..) | DataType::Decimal256(..))
+    };
+    let mixed = (left_type == DataType::Float32 && exact(&right_type))
+        || (exact(&left_type) && right_type == DataType::Float32);
+    if !mixed {
+        return Ok(Transformed::no(expr));
+    }
+    Ok(Transformed::yes(Expr::BinaryExpr(BinaryExpr::new(
+        Box::new(cast(left.as_ref().clone(), DataType::Float64)),
+        *op,
+        Box::new(cast(right.as_ref().clone(), DataType::Float64)),
+    ))))
 }
 
 /// `l op r` of two `Int32`s (or `Int16`s) as `CAST(CAST(l AS Int64) op CAST(r AS Int64)

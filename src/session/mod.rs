@@ -212,6 +212,7 @@ impl Engine {
         let mut analyzer_rules: Vec<Arc<dyn datafusion::optimizer::AnalyzerRule + Send + Sync>> = vec![
             Arc::new(crate::planner::window_tvf::ExpandWindows),
             Arc::new(integer_literals::IntegerLiterals),
+            Arc::new(integer_literals::RealWithExactNumbers),
             Arc::new(round_places::RoundPlaces),
             Arc::new(timestamp_difference::TimestampDifference),
             Arc::new(integer_aggregates::IntegerAggregates),
