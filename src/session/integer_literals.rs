@@ -11,11 +11,13 @@
 //! planned; `lag(x, 1)`, `ntile(4)` take a `bigint`), and the nodes whose schema is not
 //! derived from their expressions (`VALUES`, `LIMIT`, DML, `UNION`, extension nodes).
 
+use arrow::datatypes::DataType;
+use datafusion::common::DFSchema;
 use datafusion::common::config::ConfigOptions;
 use datafusion::common::tree_node::{Transformed, TreeNode, TreeNodeRecursion};
 use datafusion::common::{Result, ScalarValue};
 use datafusion::logical_expr::expr_rewriter::NamePreserver;
-use datafusion::logical_expr::{Expr, LogicalPlan};
+use datafusion::logical_expr::{BinaryExpr, Expr, ExprSchemable, LogicalPlan, Operator, cast};
 use datafusion::optimizer::AnalyzerRule;
 
 #[derive(Debug, Default)]
@@ -23,26 +25,10 @@ pub struct IntegerLiterals;
 
 impl AnalyzerRule for IntegerLiterals {
     fn analyze(&self, plan: LogicalPlan, _config: &ConfigOptions) -> Result<LogicalPlan> {
-        plan.transform_up_with_subqueries(|node| {
-            if keeps_its_types(&node)
-                || matches!(node, LogicalPlan::Limit(_) | LogicalPlan::Union(_))
-            {
-                return Ok(Transformed::no(node));
-            }
-            // Output columns keep their names (`k % Int64(2)`): nodes above refer to
-            // them by name.
-            let names = NamePreserver::new(&node);
-            let narrowed = node.map_expressions(|expr| {
-                let name = names.save(&expr);
-                narrow_literals(expr)?.map_data(|e| Ok(name.restore(e)))
-            })?;
-            if narrowed.transformed {
-                narrowed.map_data(|node| node.recompute_schema())
-            } else {
-                Ok(narrowed)
-            }
-        })
-        .map(|t| t.data)
+        let skip = |node: &LogicalPlan| {
+            keeps_its_types(node) || matches!(node, LogicalPlan::Limit(_) | LogicalPlan::Union(_))
+        };
+        rewrite_expressions(plan, skip, |expr, _| narrow_literals(expr))
     }
 
     fn name(&self) -> &str {
@@ -145,7 +131,9 @@ pub struct CheckedIntegerArithmetic;
 
 impl AnalyzerRule for CheckedIntegerArithmetic {
     fn analyze(&self, plan: LogicalPlan, _config: &ConfigOptions) -> Result<LogicalPlan> {
-        rewrite_expressions(plan, widen_integer_arithmetic)
+        rewrite_expressions(plan, keeps_its_types, |expr, schema| {
+            expr.transform_up(|e| widen_integer_arithmetic(e, schema))
+        })
     }
 
     fn name(&self) -> &str {
@@ -160,7 +148,9 @@ pub struct RealWithExactNumbers;
 
 impl AnalyzerRule for RealWithExactNumbers {
     fn analyze(&self, plan: LogicalPlan, _config: &ConfigOptions) -> Result<LogicalPlan> {
-        rewrite_expressions(plan, promote_real_arithmetic)
+        rewrite_expressions(plan, keeps_its_types, |expr, schema| {
+            expr.transform_up(|e| promote_real_arithmetic(e, schema))
+        })
     }
 
     fn name(&self) -> &str {
@@ -168,14 +158,16 @@ impl AnalyzerRule for RealWithExactNumbers {
     }
 }
 
-/// Rewrites every expression of the plan's nodes (but those of [`keeps_its_types`]) with
-/// `rewrite`, given the columns the expression reads, keeping output column names.
+/// Rewrites every expression of the plan's nodes but the `skip`ped ones with `rewrite`,
+/// given the columns the expression reads, keeping output column names (nodes above
+/// refer to them by name).
 fn rewrite_expressions(
     plan: LogicalPlan,
-    rewrite: fn(Expr, &datafusion::common::DFSchema) -> Result<Transformed<Expr>>,
+    skip: impl Fn(&LogicalPlan) -> bool,
+    rewrite: impl Fn(Expr, &DFSchema) -> Result<Transformed<Expr>>,
 ) -> Result<LogicalPlan> {
     plan.transform_up_with_subqueries(|node| {
-        if keeps_its_types(&node) {
+        if skip(&node) {
             return Ok(Transformed::no(node));
         }
         // The columns the node's expressions read: a join's both sides, otherwise its
@@ -190,8 +182,7 @@ fn rewrite_expressions(
         let names = NamePreserver::new(&node);
         let rewritten = node.map_expressions(|expr| {
             let name = names.save(&expr);
-            expr.transform_up(|e| rewrite(e, &schema))?
-                .map_data(|e| Ok(name.restore(e)))
+            rewrite(expr, &schema)?.map_data(|e| Ok(name.restore(e)))
         })?;
         if rewritten.transformed {
             rewritten.map_data(|node| node.recompute_schema())
@@ -202,23 +193,29 @@ fn rewrite_expressions(
     .map(|t| t.data)
 }
 
-/// `l op r` of a `Float32` and an integer or decimal as the `Float64`s of both.
-fn promote_real_arithmetic(
-    expr: Expr,
-    schema: &datafusion::common::DFSchema,
-) -> Result<Transformed<Expr>> {
-    use arrow::datatypes::DataType;
-    use datafusion::logical_expr::{BinaryExpr, ExprSchemable, Operator, cast};
-    let Expr::BinaryExpr(BinaryExpr { left, op, right }) = &expr else {
-        return Ok(Transformed::no(expr));
+/// The operands of `expr` and their types when it is an arithmetic `op` of `ops`.
+fn arithmetic_operands<'a>(
+    expr: &'a Expr,
+    schema: &DFSchema,
+    ops: &[Operator],
+) -> Option<(&'a Expr, Operator, &'a Expr, DataType, DataType)> {
+    let Expr::BinaryExpr(BinaryExpr { left, op, right }) = expr else {
+        return None;
     };
-    if !matches!(
-        op,
-        Operator::Plus | Operator::Minus | Operator::Multiply | Operator::Divide | Operator::Modulo
-    ) {
-        return Ok(Transformed::no(expr));
+    if !ops.contains(op) {
+        return None;
     }
-    let (Ok(left_type), Ok(right_type)) = (left.get_type(schema), right.get_type(schema)) else {
+    let left_type = left.get_type(schema).ok()?;
+    let right_type = right.get_type(schema).ok()?;
+    Some((left, *op, right, left_type, right_type))
+}
+
+/// `l op r` of a `Float32` and an integer or decimal as the `Float64`s of both.
+fn promote_real_arithmetic(expr: Expr, schema: &DFSchema) -> Result<Transformed<Expr>> {
+    use Operator::*;
+    let Some((left, op, right, left_type, right_type)) =
+        arithmetic_operands(&expr, schema, &[Plus, Minus, Multiply, Divide, Modulo])
+    else {
         return Ok(Transformed::no(expr));
     };
     let exact = |t: &DataType| {
@@ -230,27 +227,19 @@ fn promote_real_arithmetic(
         return Ok(Transformed::no(expr));
     }
     Ok(Transformed::yes(Expr::BinaryExpr(BinaryExpr::new(
-        Box::new(cast(left.as_ref().clone(), DataType::Float64)),
-        *op,
-        Box::new(cast(right.as_ref().clone(), DataType::Float64)),
+        Box::new(cast(left.clone(), DataType::Float64)),
+        op,
+        Box::new(cast(right.clone(), DataType::Float64)),
     ))))
 }
 
 /// `l op r` of two `Int32`s (or `Int16`s) as `CAST(CAST(l AS Int64) op CAST(r AS Int64)
 /// AS Int32)`.
-fn widen_integer_arithmetic(
-    expr: Expr,
-    schema: &datafusion::common::DFSchema,
-) -> Result<Transformed<Expr>> {
-    use arrow::datatypes::DataType;
-    use datafusion::logical_expr::{BinaryExpr, ExprSchemable, Operator, cast};
-    let Expr::BinaryExpr(BinaryExpr { left, op, right }) = &expr else {
-        return Ok(Transformed::no(expr));
-    };
-    if !matches!(op, Operator::Plus | Operator::Minus | Operator::Multiply) {
-        return Ok(Transformed::no(expr));
-    }
-    let (Ok(left_type), Ok(right_type)) = (left.get_type(schema), right.get_type(schema)) else {
+fn widen_integer_arithmetic(expr: Expr, schema: &DFSchema) -> Result<Transformed<Expr>> {
+    use Operator::*;
+    let Some((left, op, right, left_type, right_type)) =
+        arithmetic_operands(&expr, schema, &[Plus, Minus, Multiply])
+    else {
         return Ok(Transformed::no(expr));
     };
     let narrow = match (&left_type, &right_type) {
@@ -259,9 +248,9 @@ fn widen_integer_arithmetic(
         _ => return Ok(Transformed::no(expr)),
     };
     let wide = Expr::BinaryExpr(BinaryExpr::new(
-        Box::new(cast(left.as_ref().clone(), DataType::Int64)),
-        *op,
-        Box::new(cast(right.as_ref().clone(), DataType::Int64)),
+        Box::new(cast(left.clone(), DataType::Int64)),
+        op,
+        Box::new(cast(right.clone(), DataType::Int64)),
     ));
     Ok(Transformed::yes(cast(wide, narrow)))
 }
